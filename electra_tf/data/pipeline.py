@@ -1,0 +1,155 @@
+"""TFRecord shards → masked batches with static shapes, for one input pipeline.
+
+    files ─► (shard per input pipeline) ─► shuffle, repeat ─► interleave TFRecords ─►
+    shuffle ─► batch(drop_remainder) ─► parse ─► dynamic masking ─► prefetch
+
+Under a `tf.distribute` strategy, pass the `tf.distribute.InputContext` that
+`distribute_datasets_from_function` gives: each pipeline reads its own files (or, with
+fewer files than pipelines, its own records) and batches `global_batch_size /
+num_replicas_in_sync` examples for each replica.
+
+Before reading, the data is checked against what the run expects: every file must be
+listed in the `manifest.json` beside it, with the same `max_seq_length` and a vocab with
+the same hash. Shards from other tools (the original ELECTRA's) have no manifest; they
+are read as they are.
+"""
+
+import json
+import os
+
+import tensorflow as tf
+
+from electra_tf import errors
+from electra_tf.data import examples
+from electra_tf.data import masking
+from electra_tf.data import writer
+from electra_tf.text import tokenizer as tokenizer_lib
+
+
+class DataError(errors.UserError):
+    """Pre-training data that does not match the run: the message names file and field."""
+
+
+def resolve_files(pattern: str, max_seq_length: int | None = None,
+                  vocab: tokenizer_lib.Vocab | None = None) -> list[str]:
+    """The shard files of `pattern`, checked against their manifests.
+
+    `pattern` is a comma-separated list of globs, directories (all shards their
+    manifest lists) or `manifest.json` paths.
+    """
+    files = []
+    for part in (p.strip() for p in pattern.split(",") if p.strip()):
+        if tf.io.gfile.isdir(part) or part.endswith(writer.MANIFEST):
+            directory = part if tf.io.gfile.isdir(part) else os.path.dirname(part)
+            manifest = _load_manifest(directory)
+            if manifest is None:
+                raise DataError(f"{part}: no {writer.MANIFEST} there; name the shard files "
+                                "with a glob instead")
+            files.extend(os.path.join(directory, s["file"]) for s in manifest["shards"])
+        else:
+            matches = sorted(tf.io.gfile.glob(part))
+            matches = [m for m in matches if not m.endswith((".tmp", ".json"))]
+            if not matches:
+                raise DataError(f"no file matches {part!r}")
+            files.extend(matches)
+    if not files:
+        raise DataError(f"no data files in {pattern!r}")
+    for directory in sorted({os.path.dirname(f) for f in files}):
+        _check_manifest(directory, [f for f in files if os.path.dirname(f) == directory],
+                        max_seq_length, vocab)
+    return files
+
+
+def _load_manifest(directory: str) -> dict | None:
+    path = os.path.join(directory, writer.MANIFEST)
+    if not tf.io.gfile.exists(path):
+        return None
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            manifest = json.load(f)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: not valid JSON (line {e.lineno}): {e.msg}") from e
+    for key in ("max_seq_length", "shards", "vocab"):
+        if key not in manifest:
+            raise DataError(f"{path}: field {key!r} is missing")
+    return manifest
+
+
+def _check_manifest(directory, files, max_seq_length, vocab):
+    manifest = _load_manifest(directory)
+    if manifest is None:
+        return  # shards made elsewhere, e.g. by the original ELECTRA
+    path = os.path.join(directory, writer.MANIFEST)
+    listed = {s["file"] for s in manifest["shards"]}
+    for f in files:
+        if os.path.basename(f) not in listed:
+            raise DataError(f"{f}: not listed in {path}; it is left over from another run "
+                            "or still being written")
+    if max_seq_length is not None and manifest["max_seq_length"] != max_seq_length:
+        raise DataError(f"{path}: max_seq_length is {manifest['max_seq_length']} but the run "
+                        f"uses max_seq_length={max_seq_length}")
+    if vocab is not None and manifest["vocab"].get("sha256") != vocab.sha256:
+        raise DataError(f"{path}: vocab.sha256 {manifest['vocab'].get('sha256', '')[:12]}… "
+                        f"(of {manifest['vocab'].get('file')}) differs from {vocab.path} "
+                        f"({vocab.sha256[:12]}…): the data was tokenized with another vocab")
+
+
+def pretraining_dataset(
+    files: list[str],
+    global_batch_size: int,
+    max_seq_length: int,
+    masking_config: masking.MaskingConfig,
+    is_training: bool = True,
+    input_context: tf.distribute.InputContext | None = None,
+    seed: int | None = None,
+    shuffle_buffer: int = 10_000,
+) -> tf.data.Dataset:
+    """Batches of masked examples for one input pipeline (see the module docstring).
+
+    Training repeats and shuffles forever; evaluation reads each example at most once.
+    Both drop a last partial batch, so shapes stay static.
+    """
+    batch_size = global_batch_size
+    num_pipelines, pipeline_id = 1, 0
+    if input_context is not None:
+        batch_size = input_context.get_per_replica_batch_size(global_batch_size)
+        num_pipelines = input_context.num_input_pipelines
+        pipeline_id = input_context.input_pipeline_id
+
+    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(files, tf.string))
+    by_file = len(files) >= num_pipelines
+    if num_pipelines > 1 and by_file:
+        dataset = dataset.shard(num_pipelines, pipeline_id)
+    if is_training:
+        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+        dataset = dataset.repeat()
+    dataset = dataset.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=min(len(files), 16),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=seed is not None)
+    if num_pipelines > 1 and not by_file:
+        dataset = dataset.shard(num_pipelines, pipeline_id)  # few files: split records
+    if is_training:
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed)
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+
+    @tf.autograph.experimental.do_not_convert
+    def parse_and_mask(serialized):
+        batch = examples.parse(serialized, max_seq_length)
+        return masking.mask_batch(batch, masking_config)
+
+    dataset = dataset.map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=seed is not None)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def masking_config_for(vocab: tokenizer_lib.Vocab, max_seq_length: int,
+                       mask_prob: float = 0.15, mask_token_rate: float = 0.85,
+                       random_token_rate: float = 0.0) -> masking.MaskingConfig:
+    """The masking of a vocab: its special ids, and the original's prediction bound."""
+    return masking.MaskingConfig(
+        vocab_size=vocab.size, mask_id=vocab.mask_id, special_ids=vocab.special_ids,
+        max_predictions=masking.max_predictions_per_seq(mask_prob, max_seq_length),
+        mask_prob=mask_prob, mask_token_rate=mask_token_rate,
+        random_token_rate=random_token_rate)

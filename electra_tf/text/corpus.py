@@ -1,0 +1,320 @@
+"""Pre-training corpora as a stream of lines.
+
+Every corpus reaches the rest of the code in the format the original ELECTRA tooling
+reads: one sentence per line, and an empty line between documents. Three sources:
+
+* `stdlib_documents()`: the built-in sample corpus, English prose that every Python
+  installation carries (the `pydoc_data` topics and the standard library's docstrings,
+  read from the source files with `ast`, never imported).
+* `read_lines(pattern)`: the user's own text files (`.txt` or `.txt.gz`, globs).
+* `tfds_lines(name)`: any TFDS dataset with a text feature, from a local data dir.
+
+Bad input never stops a long job silently or with a traceback: undecodable lines and
+over-long lines are skipped or truncated and counted in `CorpusStats`, and what cannot
+be read at all raises `CorpusError` naming the file.
+
+>>> sentences_from_text("Hello world.  It works!\\n\\n>>> print(1)\\n1")
+['Hello world.', 'It works!']
+"""
+
+import ast
+import dataclasses
+import glob
+import gzip
+import os
+import re
+import sysconfig
+from typing import Iterable, Iterator
+
+from electra_tf import errors
+
+# A line this long is cut: no example keeps more than `max_seq_length` wordpieces of a
+# sentence anyway, and a multi-megabyte "sentence" would only cost memory.
+MAX_LINE_CHARS = 1_000_000
+
+# Sentence ends: ., ! or ? (optionally closed by a quote or bracket), then space, then a
+# capital, digit, quote or bracket. Lower-case continuations ("e.g. the") never split.
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'(\[])")
+_ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "vs.", "cf.", "Mr.", "Dr.", "No.", "approx.")
+_RULE_LINE = re.compile(r"^\s*([=*\-~^#+_.])\1{2,}\s*$")  # reST heading underlines
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+class CorpusError(errors.UserError):
+    """A corpus that cannot be read: the message names the file or dataset."""
+
+
+@dataclasses.dataclass
+class CorpusStats:
+    """What reading a corpus skipped or changed, for the end-of-job summary."""
+
+    files: int = 0
+    bytes: int = 0
+    lines: int = 0
+    empty_files: list = dataclasses.field(default_factory=list)
+    invalid_utf8_lines: int = 0
+    first_invalid_utf8: str = ""  # "path:line" of the first one
+    truncated_lines: int = 0
+    first_truncated: str = ""
+
+    def problems(self) -> list[str]:
+        """One sentence per kind of skipped or changed input; empty when clean."""
+        notes = []
+        if self.empty_files:
+            notes.append(f"{len(self.empty_files)} empty file(s) skipped, e.g. "
+                         f"{self.empty_files[0]}")
+        if self.invalid_utf8_lines:
+            notes.append(f"{self.invalid_utf8_lines} line(s) of invalid UTF-8 skipped, "
+                         f"first at {self.first_invalid_utf8}")
+        if self.truncated_lines:
+            notes.append(f"{self.truncated_lines} line(s) longer than {MAX_LINE_CHARS:,} "
+                         f"characters truncated, first at {self.first_truncated}")
+        return notes
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------------------- cleaning
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    """Splits one paragraph of running text into sentences.
+
+    >>> split_sentences("It is. It is not, e.g. here. (Yes.) 3 more.")
+    ['It is.', 'It is not, e.g. here.', '(Yes.)', '3 more.']
+    """
+    text = " ".join(paragraph.split())
+    if not text:
+        return []
+    sentences, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        candidate = text[start:match.start()].rstrip()
+        end = candidate + text[match.start():match.end()].strip()
+        if end.endswith(_ABBREVIATIONS) or candidate.endswith(_ABBREVIATIONS):
+            continue
+        sentences.append(end)
+        start = match.end()
+    sentences.append(text[start:])
+    return [s for s in sentences if _LETTER.search(s)]
+
+
+def _is_prose(paragraph_lines: list[str]) -> bool:
+    """False for code examples, doctests, literal blocks and tables."""
+    first = paragraph_lines[0]
+    if first.startswith((">>>", "...", "$ ", "+--", "+==", "|")):
+        return False
+    # reST literal blocks and examples are indented below their introducing paragraph.
+    if all(line[:1].isspace() for line in paragraph_lines):
+        return False
+    return True
+
+
+def sentences_from_text(text: str) -> list[str]:
+    """Cleans documentation text (reST or plain) into a list of sentences."""
+    sentences = []
+    paragraph: list[str] = []
+
+    def flush():
+        if paragraph and _is_prose(paragraph):
+            sentences.extend(split_sentences(" ".join(paragraph)))
+        paragraph.clear()
+
+    for line in text.expandtabs().splitlines():
+        if not line.strip() or _RULE_LINE.match(line):
+            flush()
+        else:
+            paragraph.append(line.rstrip())
+    flush()
+    return sentences
+
+
+# ---------------------------------------------------------------------------- sample corpus
+
+
+def _stdlib_sources() -> list[str]:
+    """The standard library's own .py files, without tests and installed packages."""
+    root = sysconfig.get_paths()["stdlib"]
+    skip = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
+    paths = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in skip)
+        paths.extend(os.path.join(dirpath, f) for f in sorted(filenames) if f.endswith(".py"))
+    return paths
+
+
+def _module_docstrings(path: str) -> list[str]:
+    """Docstrings of a module, its classes and functions, in source order."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=path)
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return []  # a few stdlib files are deliberately broken test data
+    nodes = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docs = [(getattr(n, "lineno", 0), ast.get_docstring(n, clean=True))
+            for n in ast.walk(tree) if isinstance(n, nodes)]
+    return [doc for _, doc in sorted(docs, key=lambda d: d[0]) if doc]
+
+
+def stdlib_documents() -> Iterator[list[str]]:
+    """Yields the sample corpus, one document (a list of sentences) at a time.
+
+    Each `pydoc_data` topic is one document; each standard-library module (its own, its
+    classes' and its functions' docstrings) is another. About 2 MB of English text.
+    """
+    from pydoc_data import topics  # pylint: disable=g-import-not-at-top
+
+    for name in sorted(topics.topics):
+        document = sentences_from_text(topics.topics[name])
+        if document:
+            yield document
+    for path in _stdlib_sources():
+        document = [s for doc in _module_docstrings(path) for s in sentences_from_text(doc)]
+        if document:
+            yield document
+
+
+def documents_to_lines(documents: Iterable[list[str]]) -> Iterator[str]:
+    """Flattens documents into the corpus line format (an empty line after each)."""
+    for document in documents:
+        yield from document
+        yield ""
+
+
+def write_corpus(lines: Iterable[str], path: str) -> int:
+    """Writes corpus lines to `path` atomically; returns the number of documents."""
+    tmp = path + ".tmp"
+    documents = 0
+    with open(tmp, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(line + "\n")
+            documents += not line
+    os.replace(tmp, path)
+    return documents
+
+
+# ---------------------------------------------------------------------------- user files
+
+
+def expand_globs(pattern: str) -> list[str]:
+    """Files matching a comma-separated list of globs, sorted; an error if none match."""
+    paths = []
+    for part in (p.strip() for p in pattern.split(",")):
+        if not part:
+            continue
+        matches = sorted(p for p in glob.glob(part, recursive=True) if os.path.isfile(p))
+        if not matches:
+            raise CorpusError(f"--input: no file matches {part!r}")
+        paths.extend(matches)
+    if not paths:
+        raise CorpusError("--input: no file pattern given")
+    return paths
+
+
+def read_lines(paths: list[str], stats: CorpusStats) -> Iterator[str]:
+    """Yields the lines of text files (`.gz` decompressed), stripped, as corpus lines.
+
+    A document never spans two files: an empty line is yielded after each file.
+    Undecodable lines are skipped and over-long lines truncated, both counted in
+    `stats`; an unreadable file raises `CorpusError` naming it.
+    """
+    for path in paths:
+        stats.files += 1
+        opener = gzip.open if path.endswith(".gz") else open
+        n = 0
+        try:
+            with opener(path, "rb") as f:
+                for n, raw in enumerate(f, start=1):
+                    stats.bytes += len(raw)
+                    try:
+                        line = raw.decode("utf-8")
+                    except UnicodeDecodeError:
+                        stats.invalid_utf8_lines += 1
+                        stats.first_invalid_utf8 = stats.first_invalid_utf8 or f"{path}:{n}"
+                        continue
+                    yield _clip(line.strip(), stats, path, n)
+        except (OSError, EOFError, gzip.BadGzipFile) as e:
+            raise CorpusError(f"{path}: cannot read line {n + 1}: {e}") from e
+        if n == 0:
+            stats.empty_files.append(path)
+        stats.lines += n
+        yield ""
+
+
+def _clip(line: str, stats: CorpusStats, where: str, n: int) -> str:
+    if len(line) > MAX_LINE_CHARS:
+        stats.truncated_lines += 1
+        stats.first_truncated = stats.first_truncated or f"{where}:{n}"
+        return line[:MAX_LINE_CHARS]
+    return line
+
+
+def tfds_lines(name: str, data_dir: str | None, text_key: str,
+               stats: CorpusStats) -> Iterator[str]:
+    """Corpus lines from a TFDS dataset `NAME[:split]`: one example is one document.
+
+    Loads the dataset now (so a wrong name fails here) and returns a line iterator.
+
+    The dataset must already be prepared in `data_dir` (nothing is downloaded). Text is
+    split into paragraphs at newlines and paragraphs into sentences.
+    """
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+    dataset_name, _, split = name.partition(":")
+    try:
+        builder = tfds.builder(dataset_name, data_dir=data_dir)
+        dataset = builder.as_dataset(split=split or "train")
+    except Exception as e:  # TFDS raises many types for "not there"
+        raise CorpusError(f"--tfds={name}: cannot load it from "
+                          f"--tfds_data_dir={data_dir}: {str(e).splitlines()[0]}") from e
+    if text_key not in dataset.element_spec:
+        raise CorpusError(f"--tfds={name}: no feature {text_key!r} (--tfds_text_key); "
+                          f"it has {sorted(dataset.element_spec)}")
+    stats.files += 1
+    return _tfds_example_lines(dataset, name, text_key, stats)
+
+
+def _tfds_example_lines(dataset, name, text_key, stats):
+    for n, example in enumerate(dataset.as_numpy_iterator(), start=1):
+        raw = example[text_key]
+        stats.bytes += len(raw)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            stats.invalid_utf8_lines += 1
+            stats.first_invalid_utf8 = stats.first_invalid_utf8 or f"{name}:example {n}"
+            continue
+        for paragraph in text.split("\n"):
+            for sentence in split_sentences(paragraph):
+                stats.lines += 1
+                yield _clip(sentence, stats, f"{name}:example", n)
+        yield ""
+
+
+# ---------------------------------------------------------------------------- one entry
+
+
+@dataclasses.dataclass
+class Corpus:
+    """Corpus lines from `--input` files or a `--tfds` dataset, with what reading found."""
+
+    lines: Iterator[str]
+    stats: CorpusStats
+    total_bytes: int | None  # None when unknown up front (TFDS)
+    source: dict
+
+
+def open_corpus(input_pattern: str | None = None, tfds_name: str | None = None,
+                tfds_data_dir: str | None = None, tfds_text_key: str = "text") -> Corpus:
+    """Opens exactly one of `input_pattern` (globs of text files) and `tfds_name`."""
+    if bool(input_pattern) == bool(tfds_name):
+        raise CorpusError("give exactly one of --input=GLOB and --tfds=NAME[:split]")
+    stats = CorpusStats()
+    if tfds_name:
+        lines = tfds_lines(tfds_name, tfds_data_dir, tfds_text_key, stats)
+        source = {"tfds": tfds_name, "tfds_data_dir": tfds_data_dir, "text_key": tfds_text_key}
+        return Corpus(lines, stats, None, source)
+    paths = expand_globs(input_pattern)
+    total = sum(os.path.getsize(p) for p in paths)
+    return Corpus(read_lines(paths, stats), stats, total, {"input": input_pattern,
+                                                          "files": len(paths)})

@@ -1,0 +1,121 @@
+"""A BERT-format vocab file and the tf.text tokenizer built on it.
+
+Any BERT `vocab.txt` works (one token per line, the line number is the id, `##` marks
+a word continuation), whether learned by `tools/build_vocab.py` (special tokens at ids
+0-4) or released with BERT/ELECTRA (`[PAD]`=0, `[UNK]`=100, `[CLS]`=101, ...): special
+tokens are looked up by name, never assumed at fixed ids.
+
+>>> import tempfile, os
+>>> path = os.path.join(tempfile.mkdtemp(), "vocab.txt")
+>>> _ = open(path, "w").write("\\n".join(SPECIAL_TOKENS + ["hello", "world"]) + "\\n")
+>>> vocab = Vocab.load(path)
+>>> vocab.size, vocab.mask_id, vocab.special_ids
+(7, 4, (0, 2, 3))
+>>> make_tokenizer(vocab).tokenize(["Hello WORLD"]).to_list()
+[[5, 6]]
+"""
+
+import dataclasses
+import hashlib
+
+import tensorflow as tf
+import tensorflow_text as text
+
+from electra_tf import errors
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]
+
+
+class VocabError(errors.UserError):
+    """A vocab file that cannot be used: the message names the file and the problem."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Vocab:
+    """The tokens of a vocab file, the ids of the special tokens and the file's hash."""
+
+    path: str
+    tokens: tuple[str, ...]
+    sha256: str
+
+    @classmethod
+    def load(cls, path: str) -> "Vocab":
+        try:
+            with tf.io.gfile.GFile(path, "rb") as f:
+                data = f.read()
+        except (tf.errors.NotFoundError, OSError) as e:
+            raise VocabError(f"{path}: cannot read the vocab file ({e})") from e
+        try:
+            tokens = tuple(line.strip() for line in data.decode("utf-8").splitlines())
+        except UnicodeDecodeError as e:
+            raise VocabError(f"{path}: not UTF-8 at byte {e.start}") from e
+        vocab = cls(path=path, tokens=tokens, sha256=hashlib.sha256(data).hexdigest())
+        vocab._validate()
+        return vocab
+
+    def _validate(self):
+        missing = [t for t in SPECIAL_TOKENS if t not in self.tokens]
+        if missing:
+            raise VocabError(f"{self.path}: the vocab lacks the special token(s) "
+                             f"{', '.join(missing)}; every vocab needs "
+                             f"{' '.join(SPECIAL_TOKENS)}")
+        for i, token in enumerate(self.tokens):
+            if not token:
+                raise VocabError(f"{self.path}: line {i + 1} is empty; a vocab has one "
+                                 "token per line")
+        seen = {}
+        for i, token in enumerate(self.tokens):
+            if token in seen:
+                raise VocabError(f"{self.path}: line {i + 1} repeats the token {token!r} "
+                                 f"of line {seen[token] + 1}")
+            seen[token] = i
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    def id(self, token: str) -> int:
+        return self.tokens.index(token)
+
+    @property
+    def pad_id(self) -> int:
+        return self.id(PAD)
+
+    @property
+    def unk_id(self) -> int:
+        return self.id(UNK)
+
+    @property
+    def cls_id(self) -> int:
+        return self.id(CLS)
+
+    @property
+    def sep_id(self) -> int:
+        return self.id(SEP)
+
+    @property
+    def mask_id(self) -> int:
+        return self.id(MASK)
+
+    @property
+    def special_ids(self) -> tuple[int, int, int]:
+        """Ids that masking never selects: `[PAD]`, `[CLS]`, `[SEP]`."""
+        return (self.pad_id, self.cls_id, self.sep_id)
+
+
+def make_tokenizer(vocab: Vocab, lower_case: bool = True) -> text.FastBertTokenizer:
+    """BERT tokenization (normalize, split on whitespace and punctuation, WordPiece).
+
+    `lower_case=True` is BERT-uncased: NFD, lower-case, strip accents. Ids are int32.
+    """
+    return text.FastBertTokenizer(
+        vocab=list(vocab.tokens),
+        suffix_indicator="##",
+        max_bytes_per_word=100,
+        token_out_type=tf.int32,
+        unknown_token=UNK,
+        no_pretokenization=False,
+        support_detokenization=False,
+        lower_case_nfd_strip_accents=lower_case,
+    )

@@ -1,0 +1,72 @@
+"""Learning a WordPiece vocabulary with tf.text's BERT vocab learner.
+
+The learner keeps a count of every distinct word in memory and iterates over them, so a
+large corpus is *sampled*: a uniform reservoir sample of `sample_lines` lines (1M by
+default, plenty for a 30k vocabulary) is what it learns from, and the tool says so.
+
+>>> lines = ["the cat sat on the mat", "the dog sat on the log"] * 50
+>>> vocab = learn_vocab(lines, vocab_size=60)
+>>> vocab[:5], "the" in vocab, "##at" in vocab
+(['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'], True, True)
+"""
+
+import os
+import random
+from typing import Iterable
+
+import tensorflow as tf
+from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
+
+from electra_tf.text import tokenizer
+
+
+def sample_lines(lines: Iterable[str], k: int, seed: int = 0) -> tuple[list[str], int]:
+    """A uniform sample of at most `k` non-empty lines (reservoir); returns (sample, seen)."""
+    rng = random.Random(seed)
+    sample: list[str] = []
+    seen = 0
+    for line in lines:
+        if not line:
+            continue
+        seen += 1
+        if len(sample) < k:
+            sample.append(line)
+        else:
+            j = rng.randrange(seen)
+            if j < k:
+                sample[j] = line
+    return sample, seen
+
+
+def learn_vocab(lines: list[str], vocab_size: int, lower_case: bool = True,
+                extra_reserved: tuple[str, ...] = ()) -> list[str]:
+    """Learns a WordPiece vocab of at most `vocab_size` tokens from sentences.
+
+    The words are split exactly as `FastBertTokenizer` splits them at training time
+    (same lower-casing and accent stripping), and the special tokens come first, so
+    `[PAD]` has id 0.
+    """
+    if vocab_size <= len(tokenizer.SPECIAL_TOKENS):
+        raise ValueError(f"`vocab_size` must exceed the {len(tokenizer.SPECIAL_TOKENS)} "
+                         f"special tokens. Received: `vocab_size={vocab_size}`")
+    if not lines:
+        raise ValueError("no text to learn a vocab from: every input line is empty")
+    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(lines, tf.string)).batch(1024)
+    return bert_vocab_from_dataset.bert_vocab_from_dataset(
+        dataset.prefetch(2),
+        vocab_size=vocab_size,
+        reserved_tokens=tokenizer.SPECIAL_TOKENS + list(extra_reserved),
+        bert_tokenizer_params={"lower_case": lower_case},
+        learn_params={},
+    )
+
+
+def write_vocab(tokens: list[str], path: str) -> None:
+    """Writes one token per line, atomically (a crash leaves no partial vocab.txt)."""
+    directory = os.path.dirname(path)
+    if directory:
+        tf.io.gfile.makedirs(directory)
+    tmp = path + ".tmp"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write("".join(t + "\n" for t in tokens))
+    tf.io.gfile.rename(tmp, path, overwrite=True)

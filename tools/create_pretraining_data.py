@@ -1,0 +1,54 @@
+r"""Tokenizes a corpus and packs it into pre-training TFRecords, as the original ELECTRA.
+
+  python tools/create_pretraining_data.py --input='corpus/*.txt' --vocab_file=vocab.txt \
+      --output_dir=data/ --max_seq_length=128 [--num_shards=N] [--seed=0]
+  python tools/create_pretraining_data.py --tfds=NAME[:split] --tfds_data_dir=DIR ...
+
+Writes `pretrain_data.tfrecord-XXXXX-of-YYYYY` shards (one per ~64 MB of text unless
+--num_shards says otherwise) and, last, `manifest.json`: example count, max_seq_length,
+the vocab's hash, the tokenizer settings and the shard list. Deterministic for a --seed.
+"""
+
+from electra_tf import cli  # first: quiets TF's start-up logging
+
+from absl import flags
+
+from electra_tf import flags as common_flags
+from electra_tf.data import writer
+from electra_tf.text import tokenizer
+
+common_flags.define_corpus_flags()
+_VOCAB_FILE = flags.DEFINE_string("vocab_file", None, "BERT-format vocab.txt.",
+                                  required=True)
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Directory for shards and manifest.",
+                                  required=True)
+_MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", 128, "Tokens per example.")
+_NUM_SHARDS = flags.DEFINE_integer("num_shards", None,
+                                   "Number of shards (default: one per 64 MB of text).")
+_LOWER_CASE = flags.DEFINE_boolean("lower_case", True, "Lower-case and strip accents; "
+                                   "must match how the vocab was made.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the packing's random choices.")
+_OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace a dataset in --output_dir.")
+
+
+def main(argv):
+    del argv
+    vocab = tokenizer.Vocab.load(_VOCAB_FILE.value)  # before reading any text
+    source = common_flags.open_corpus_from_flags()
+    num_shards = _NUM_SHARDS.value or writer.default_num_shards(source.total_bytes or 0)
+    result = writer.write_pretraining_data(
+        source, vocab, _OUTPUT_DIR.value,
+        max_seq_length=_MAX_SEQ_LENGTH.value, num_shards=num_shards,
+        lower_case=_LOWER_CASE.value, seed=_SEED.value, overwrite=_OVERWRITE.value)
+    for note in source.stats.problems():
+        print(f"warning: {note}")
+    mb = result.input_bytes / 1e6
+    print(f"wrote {result.num_examples:,} examples ({result.num_tokens:,} tokens from "
+          f"{result.num_documents:,} documents) in {num_shards} shard(s) to "
+          f"{_OUTPUT_DIR.value}: {mb:.1f} MB in {result.seconds:.1f}s "
+          f"({mb / max(result.seconds, 1e-9):.1f} MB/s)")
+    print(f"manifest: {result.manifest_path}")
+
+
+if __name__ == "__main__":
+    cli.app_run(main)
