@@ -6,9 +6,10 @@ lists of that length. The schema is the original ELECTRA's, so TFRecords written
 only description of it: the writer (`serialize`) and the reader (`parse`) both use it.
 
 >>> builder = ExampleBuilder(max_seq_length=8, cls_id=2, sep_id=3, seed=1)
->>> builder.add_sentence([10, 11, 12])
->>> builder.add_sentence([13, 14, 15])
-[2, 10, 11, 12, 3, 13, 14, 3]
+>>> builder.add_sentence([10, 11, 12]) is None  # 3 of 8 tokens: keeps growing
+True
+>>> builder.add_sentence([13, 14, 15, 16, 17])  # 8 tokens: ([CLS] A [SEP] B [SEP], len(A)+2)
+([2, 10, 11, 12, 3, 13, 14, 3], 5)
 """
 
 import random
@@ -95,7 +96,8 @@ class ExampleBuilder:
     Deterministic for a given `seed`.
     """
 
-    def __init__(self, max_seq_length: int, cls_id: int, sep_id: int, seed: int = 0):
+    def __init__(self, max_seq_length: int, cls_id: int, sep_id: int, seed: int = 0,
+                 rng: random.Random | None = None):
         if max_seq_length < 5:
             raise ValueError(f"`max_seq_length` must be at least 5. "
                              f"Received: `max_seq_length={max_seq_length}`")
@@ -103,7 +105,7 @@ class ExampleBuilder:
         self._target_length = max_seq_length
         self._cls = [cls_id]
         self._sep = [sep_id]
-        self._rng = random.Random(seed)
+        self._rng = rng or random.Random(seed)  # `rng` lets tests script the draws
         self._sentences: list[list[int]] = []
         self._length = 0
 

@@ -121,13 +121,16 @@ def pretraining_dataset(
     if num_pipelines > 1 and by_file:
         dataset = dataset.shard(num_pipelines, pipeline_id)
     if is_training:
-        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+        # Pipelines that split records must see the files in one order: a common seed.
+        file_seed = seed if seed is not None or by_file else 0
+        dataset = dataset.shuffle(len(files), seed=file_seed, reshuffle_each_iteration=True)
         dataset = dataset.repeat()
     dataset = dataset.interleave(
         tf.data.TFRecordDataset,
         cycle_length=min(len(files), 16),
         num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=seed is not None)
+        # Splitting records between pipelines needs the same order in each of them.
+        deterministic=seed is not None or not by_file)
     if num_pipelines > 1 and not by_file:
         dataset = dataset.shard(num_pipelines, pipeline_id)  # few files: split records
     if is_training:

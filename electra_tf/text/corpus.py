@@ -24,6 +24,7 @@ import gzip
 import os
 import re
 import sysconfig
+import zlib
 from typing import Iterable, Iterator
 
 from electra_tf import errors
@@ -233,7 +234,7 @@ def read_lines(paths: list[str], stats: CorpusStats) -> Iterator[str]:
                         stats.first_invalid_utf8 = stats.first_invalid_utf8 or f"{path}:{n}"
                         continue
                     yield _clip(line.strip(), stats, path, n)
-        except (OSError, EOFError, gzip.BadGzipFile) as e:
+        except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
             raise CorpusError(f"{path}: cannot read line {n + 1}: {e}") from e
         if n == 0:
             stats.empty_files.append(path)

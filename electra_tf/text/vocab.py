@@ -6,7 +6,7 @@ default, plenty for a 30k vocabulary) is what it learns from, and the tool says 
 
 >>> lines = ["the cat sat on the mat", "the dog sat on the log"] * 50
 >>> vocab = learn_vocab(lines, vocab_size=60)
->>> vocab[:5], "the" in vocab, "##at" in vocab
+>>> vocab[:5], "the" in vocab, "sat" in vocab
 (['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'], True, True)
 """
 
