@@ -1,0 +1,85 @@
+"""The command-line tools, run as a user runs them: the data path end to end, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import helpers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(tool, *args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "tools", tool), *args],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tools")
+    (directory / "corpus").mkdir()
+    helpers.write_corpus(str(directory / "corpus"), num_documents=60, name="a.txt")
+    helpers.write_corpus(str(directory / "corpus"), num_documents=60, seed=1, name="b.txt")
+    return directory
+
+
+def test_vocab_then_data_then_batches(workdir):
+    vocab = workdir / "vocab.txt"
+    result = run("build_vocab.py", f"--input={workdir}/corpus/*.txt", "--vocab_size=200",
+                 f"--output={vocab}")
+    assert result.returncode == 0, result.stderr
+    assert "learning from all" in result.stdout
+    tokens = vocab.read_text().split("\n")
+    assert tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+    result = run("create_pretraining_data.py", f"--input={workdir}/corpus/*.txt",
+                 f"--vocab_file={vocab}", f"--output_dir={workdir}/data",
+                 "--max_seq_length=64", "--num_shards=2")
+    assert result.returncode == 0, result.stderr
+    assert "MB/s" in result.stdout  # progress and the summary show the rate
+    manifest = json.loads((workdir / "data" / "manifest.json").read_text())
+    assert manifest["num_documents"] == 120 and len(manifest["shards"]) == 2
+
+    result = run("inspect_data.py", f"--data={workdir}/data", f"--vocab_file={vocab}")
+    assert result.returncode == 0, result.stderr
+    assert "'masked_lm_positions': [2, 9]" in result.stdout  # int(0.155 * 64) = 9
+    assert "[MASK](" in result.stdout
+
+
+def test_vocab_sampling_is_announced(workdir):
+    result = run("build_vocab.py", f"--input={workdir}/corpus/a.txt", "--vocab_size=100",
+                 "--sample_lines=50", f"--output={workdir}/small_vocab.txt")
+    assert result.returncode == 0, result.stderr
+    assert "uniform sample of 50 of 480 lines" in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--input=/nonexistent/*.txt"], "error: --input: no file matches '/nonexistent/*.txt'"),
+    (["--input={w}/corpus/a.txt", "--vocab_file={w}/no_mask.txt"],
+     "error: {w}/no_mask.txt: the vocab lacks the special token(s) [MASK]"),
+    (["--input={w}/corpus/a.txt", "--tfds=foo"], "error: give exactly one of --input"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(workdir, args, message):
+    (workdir / "no_mask.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n")
+    if not any(a.startswith("--vocab_file") for a in args):
+        args = args + [f"--vocab_file={workdir}/vocab.txt"]
+    args = [a.format(w=workdir) for a in args]
+    result = run("create_pretraining_data.py", *args, f"--output_dir={workdir}/bad_out")
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert lines == [message.format(w=workdir)] or lines[0].startswith(
+        message.format(w=workdir))
+    assert "Traceback" not in result.stderr
+    assert not os.path.exists(workdir / "bad_out" / "manifest.json")
+
+
+def test_data_made_for_another_length_is_refused(workdir):
+    if not (workdir / "data" / "manifest.json").exists():
+        pytest.skip("needs test_vocab_then_data_then_batches")
+    result = run("inspect_data.py", f"--data={workdir}/data", f"--vocab_file={workdir}/vocab.txt",
+                 "--max_seq_length=128")
+    assert result.returncode == 2
+    assert "max_seq_length is 64 but the run uses max_seq_length=128" in result.stderr

@@ -1,0 +1,60 @@
+r"""Shows masked batches as the model will see them, decoded to wordpieces.
+
+  python tools/inspect_data.py --data=DIR --vocab_file=vocab.txt [--num_examples=2]
+
+Reads through the training pipeline (manifest checks, parsing, dynamic masking), so what
+it prints is exactly what pre-training consumes.
+"""
+
+from electra_tf import cli  # first: quiets TF's start-up logging
+
+import json
+import os
+
+from absl import flags
+
+from electra_tf.data import pipeline
+from electra_tf.text import tokenizer
+
+_DATA = flags.DEFINE_string("data", None, "Data directory, manifest or shard glob.",
+                            required=True)
+_VOCAB_FILE = flags.DEFINE_string("vocab_file", None, "The data's vocab.txt.", required=True)
+_MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None,
+                                       "Expected length (default: the manifest's).")
+_NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 2, "Examples to print.")
+
+
+def main(argv):
+    del argv
+    vocab = tokenizer.Vocab.load(_VOCAB_FILE.value)
+    seq = _MAX_SEQ_LENGTH.value
+    if seq is None:
+        manifest_dir = _DATA.value if os.path.isdir(_DATA.value) else os.path.dirname(_DATA.value)
+        with open(os.path.join(manifest_dir, "manifest.json")) as f:
+            seq = json.load(f)["max_seq_length"]
+    files = pipeline.resolve_files(_DATA.value, seq, vocab)
+    config = pipeline.masking_config_for(vocab, seq)
+    batch = next(iter(pipeline.pretraining_dataset(files, _NUM_EXAMPLES.value, seq, config,
+                                                   is_training=False)))
+    print({name: tensor.shape.as_list() for name, tensor in batch.items()})
+    for row in range(_NUM_EXAMPLES.value):
+        length = int(batch["input_mask"][row].numpy().sum())
+        original = batch["input_ids"][row, :length].numpy()
+        masked = batch["masked_input_ids"][row, :length].numpy()
+        segments = batch["segment_ids"][row, :length].numpy()
+        shown = []
+        for i in range(length):
+            token = vocab.tokens[masked[i]]
+            if masked[i] != original[i]:
+                token += f"({vocab.tokens[original[i]]})"
+            if i and segments[i] != segments[i - 1]:
+                shown.append("|B|")
+            shown.append(token)
+        n = int(batch["masked_lm_weights"][row].numpy().sum())
+        print(f"\nexample {row}: {length} tokens, {n} chosen for prediction "
+              f"(positions {batch['masked_lm_positions'][row, :n].numpy().tolist()})")
+        print(" ".join(shown))
+
+
+if __name__ == "__main__":
+    cli.app_run(main)
