@@ -35,7 +35,7 @@ def main(argv):
     del argv
     vocab = tokenizer.Vocab.load(_VOCAB_FILE.value)  # before reading any text
     source = common_flags.open_corpus_from_flags()
-    num_shards = _NUM_SHARDS.value or writer.default_num_shards(source.total_bytes or 0)
+    num_shards = _NUM_SHARDS.value or writer.default_num_shards(source.size_estimate)
     result = writer.write_pretraining_data(
         source, vocab, _OUTPUT_DIR.value,
         max_seq_length=_MAX_SEQ_LENGTH.value, num_shards=num_shards,

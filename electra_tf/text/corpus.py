@@ -34,8 +34,9 @@ from electra_tf import errors
 MAX_LINE_CHARS = 1_000_000
 
 # Sentence ends: ., ! or ? (optionally closed by a quote or bracket), then space, then a
-# capital, digit, quote or bracket. Lower-case continuations ("e.g. the") never split.
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'(\[])")
+# capital (any script), digit, quote or bracket (`_starts_sentence`). Lower-case
+# continuations ("e.g. the") never split.
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=\S)")
 _ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "vs.", "cf.", "Mr.", "Dr.", "No.", "approx.")
 _RULE_LINE = re.compile(r"^\s*([=*\-~^#+_.])\1{2,}\s*$")  # reST heading underlines
 _LETTER = re.compile(r"[^\W\d_]")
@@ -90,9 +91,13 @@ def split_sentences(paragraph: str) -> list[str]:
         return []
     sentences, start = [], 0
     for match in _SENTENCE_END.finditer(text):
+        following = text[match.end()]
+        if not (following.isupper() or following.isdigit() or following in "\"'(["):
+            continue
         candidate = text[start:match.start()].rstrip()
         end = candidate + text[match.start():match.end()].strip()
-        if end.endswith(_ABBREVIATIONS) or candidate.endswith(_ABBREVIATIONS):
+        last_words = {end.rsplit(None, 1)[-1], candidate.rsplit(None, 1)[-1]}
+        if last_words & set(_ABBREVIATIONS):
             continue
         sentences.append(end)
         start = match.end()
@@ -267,7 +272,8 @@ def tfds_lines(name: str, data_dir: str | None, text_key: str,
         dataset = builder.as_dataset(split=split or "train")
     except Exception as e:  # TFDS raises many types for "not there"
         raise CorpusError(f"--tfds={name}: cannot load it from "
-                          f"--tfds_data_dir={data_dir}: {str(e).splitlines()[0]}") from e
+                          f"--tfds_data_dir={data_dir}: "
+                          f"{(str(e).splitlines() or [type(e).__name__])[0]}") from e
     if text_key not in dataset.element_spec:
         raise CorpusError(f"--tfds={name}: no feature {text_key!r} (--tfds_text_key); "
                           f"it has {sorted(dataset.element_spec)}")
@@ -301,8 +307,9 @@ class Corpus:
 
     lines: Iterator[str]
     stats: CorpusStats
-    total_bytes: int | None  # None when unknown up front (TFDS)
+    total_bytes: int | None  # text bytes, for the ETA; None when unknown (TFDS, .gz)
     source: dict
+    size_estimate: int = 0  # text bytes, estimated where unknown (.gz: 4x), for sharding
 
 
 def open_corpus(input_pattern: str | None = None, tfds_name: str | None = None,
@@ -316,6 +323,9 @@ def open_corpus(input_pattern: str | None = None, tfds_name: str | None = None,
         source = {"tfds": tfds_name, "tfds_data_dir": tfds_data_dir, "text_key": tfds_text_key}
         return Corpus(lines, stats, None, source)
     paths = expand_globs(input_pattern)
-    total = sum(os.path.getsize(p) for p in paths)
-    return Corpus(read_lines(paths, stats), stats, total, {"input": input_pattern,
-                                                          "files": len(paths)})
+    sizes = [os.path.getsize(p) for p in paths]
+    # Progress counts decompressed bytes, so the on-disk size of a .gz is no total.
+    compressed = any(p.endswith(".gz") for p in paths)
+    estimate = sum(size * (4 if p.endswith(".gz") else 1) for p, size in zip(paths, sizes))
+    return Corpus(read_lines(paths, stats), stats, None if compressed else sum(sizes),
+                  {"input": input_pattern, "files": len(paths)}, estimate)

@@ -47,7 +47,11 @@ class Vocab:
         except (tf.errors.NotFoundError, OSError) as e:
             raise VocabError(f"{path}: cannot read the vocab file ({e})") from e
         try:
-            tokens = tuple(line.strip() for line in data.decode("utf-8").splitlines())
+            # Only "\n" separates tokens (str.splitlines would also split at \u2028 etc.).
+            lines = data.decode("utf-8").split("\n")
+            if lines and not lines[-1].strip(" \t\r"):
+                lines.pop()  # the final newline
+            tokens = tuple(line.strip(" \t\r") for line in lines)
         except UnicodeDecodeError as e:
             raise VocabError(f"{path}: not UTF-8 at byte {e.start}") from e
         vocab = cls(path=path, tokens=tokens, sha256=hashlib.sha256(data).hexdigest())

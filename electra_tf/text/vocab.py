@@ -40,7 +40,10 @@ def sample_lines(lines: Iterable[str], k: int, seed: int = 0) -> tuple[list[str]
 
 def learn_vocab(lines: list[str], vocab_size: int, lower_case: bool = True,
                 extra_reserved: tuple[str, ...] = ()) -> list[str]:
-    """Learns a WordPiece vocab of at most `vocab_size` tokens from sentences.
+    """Learns a WordPiece vocab of about `vocab_size` tokens (at most, past a floor).
+
+    tf.text's learner always keeps every character and its `##` form, so a tiny
+    `vocab_size` is exceeded; from a few hundred tokens up it is an upper bound.
 
     The words are split exactly as `FastBertTokenizer` splits them at training time
     (same lower-casing and accent stripping), and the special tokens come first, so
@@ -49,6 +52,7 @@ def learn_vocab(lines: list[str], vocab_size: int, lower_case: bool = True,
     if vocab_size <= len(tokenizer.SPECIAL_TOKENS):
         raise ValueError(f"`vocab_size` must exceed the {len(tokenizer.SPECIAL_TOKENS)} "
                          f"special tokens. Received: `vocab_size={vocab_size}`")
+    lines = [line for line in lines if line.strip()]
     if not lines:
         raise ValueError("no text to learn a vocab from: every input line is empty")
     dataset = tf.data.Dataset.from_tensor_slices(tf.constant(lines, tf.string)).batch(1024)

