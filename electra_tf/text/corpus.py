@@ -34,10 +34,11 @@ from electra_tf import errors
 MAX_LINE_CHARS = 1_000_000
 
 # Sentence ends: ., ! or ? (optionally closed by a quote or bracket), then space, then a
-# capital (any script), digit, quote or bracket (`_starts_sentence`). Lower-case
-# continuations ("e.g. the") never split.
+# capital (any script), digit, quote or bracket (checked in `split_sentences`).
+# Lower-case continuations ("e.g. the") never split.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=\S)")
-_ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "vs.", "cf.", "Mr.", "Dr.", "No.", "approx.")
+_ABBREVIATIONS = frozenset(
+    ("e.g.", "i.e.", "etc.", "vs.", "cf.", "Mr.", "Dr.", "No.", "approx."))
 _RULE_LINE = re.compile(r"^\s*([=*\-~^#+_.])\1{2,}\s*$")  # reST heading underlines
 _LETTER = re.compile(r"[^\W\d_]")
 
@@ -97,7 +98,7 @@ def split_sentences(paragraph: str) -> list[str]:
         candidate = text[start:match.start()].rstrip()
         end = candidate + text[match.start():match.end()].strip()
         last_words = {end.rsplit(None, 1)[-1], candidate.rsplit(None, 1)[-1]}
-        if last_words & set(_ABBREVIATIONS):
+        if last_words & _ABBREVIATIONS:
             continue
         sentences.append(end)
         start = match.end()

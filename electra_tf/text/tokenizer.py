@@ -49,7 +49,7 @@ class Vocab:
         try:
             # Only "\n" separates tokens (str.splitlines would also split at \u2028 etc.).
             lines = data.decode("utf-8").split("\n")
-            if lines and not lines[-1].strip(" \t\r"):
+            if not lines[-1].strip(" \t\r"):
                 lines.pop()  # the final newline
             tokens = tuple(line.strip(" \t\r") for line in lines)
         except UnicodeDecodeError as e:
