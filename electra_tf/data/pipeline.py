@@ -104,11 +104,16 @@ def pretraining_dataset(
     input_context: tf.distribute.InputContext | None = None,
     seed: int | None = None,
     shuffle_buffer: int = 10_000,
+    skip_batches: int = 0,
 ) -> tf.data.Dataset:
     """Batches of masked examples for one input pipeline (see the module docstring).
 
     Training repeats and shuffles forever; evaluation reads each example at most once.
     Both drop a last partial batch, so shapes stay static.
+
+    skip_batches: batches to pass over before the first one (resuming a run: with a
+    `seed`, the order is the same in every run, so this continues where it stopped).
+    They are skipped before parsing and masking, which is what costs.
     """
     batch_size = global_batch_size
     num_pipelines, pipeline_id = 1, 0
@@ -137,6 +142,8 @@ def pretraining_dataset(
     if is_training:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed)
     dataset = dataset.batch(batch_size, drop_remainder=True)
+    if skip_batches:
+        dataset = dataset.skip(skip_batches)
 
     @tf.autograph.experimental.do_not_convert
     def parse_and_mask(serialized):

@@ -1,0 +1,78 @@
+"""ELECTRA pre-training configs: `--config=configs/electra.py:SIZE`, SIZE in tiny|small|base|large.
+
+    python -m electra_tf.train --config=configs/electra.py:small --workdir=/tmp/electra_small \
+        --config.data.train_files=/data/pretrain --config.data.vocab_file=/data/vocab.txt
+
+Any field can be overridden with `--config.SECTION.KEY=VALUE`; an unknown key is an error.
+Defaults are the paper's (Clark et al. 2020, Appendix A, Table 6) for each size.
+"""
+
+import ml_collections
+
+# Per size: (batch_size, train steps, learning_rate, generator_hidden_fraction). The paper's
+# Small/Base/Large; Large trains 400k steps at batch 2048 (the 1.75M-step run needs 1.75M).
+_PAPER = {
+    "tiny": (32, 300, 2e-3, 0.5),
+    "small": (128, 1_000_000, 5e-4, 0.25),
+    "base": (256, 766_000, 2e-4, 1 / 3),
+    "large": (2048, 400_000, 2e-4, 1 / 3),
+}
+
+
+def get_config(size: str = "small") -> ml_collections.ConfigDict:
+    """The config for one model size."""
+    if size not in _PAPER:
+        raise ValueError(f"configs/electra.py: unknown size {size!r}; "
+                         f"choose one of {', '.join(_PAPER)}")
+    batch_size, steps, learning_rate, generator_fraction = _PAPER[size]
+    tiny = size == "tiny"
+    config = ml_collections.ConfigDict()
+
+    config.data = ml_collections.ConfigDict()
+    config.data.train_files = ""        # dir (with manifest.json), glob or comma list
+    config.data.eval_files = ""         # the same, held-out; "" = no evaluation
+    config.data.vocab_file = ""         # the vocab.txt the data was made with
+    config.data.max_seq_length = 128    # paper: 128 (512 for the last 10% of Large is not used)
+    config.data.mask_prob = 0.15        # paper: 15% of tokens masked (25% for Large)
+    config.data.mask_token_rate = 0.85  # of those, share set to [MASK]; the rest unchanged
+    config.data.random_token_rate = 0.0  # share set to a random token (BERT: 0.1)
+    config.data.shuffle_buffer = 10_000  # examples shuffled in memory per input pipeline
+
+    config.model = ml_collections.ConfigDict()
+    config.model.size = size                  # tiny|small|base|large (model/sizes.py)
+    config.model.generator_hidden_fraction = generator_fraction  # paper: 1/4 small, 1/3 base
+    config.model.generator_layer_fraction = 1.0  # paper: generator as deep as discriminator
+    config.model.temperature = 1.0            # sampling temperature; paper: 1.0
+    config.model.disallow_correct = False     # never sample the original token; paper: off
+    config.model.tie_embeddings = True        # generator shares the embeddings; paper: on
+    config.model.disc_weight = 50.0           # lambda, the RTD loss weight; paper: 50
+    config.model.dropout = 0.1                # paper: 0.1
+
+    config.train = ml_collections.ConfigDict()
+    config.train.batch_size = batch_size      # global batch; paper: 128/256/2048
+    config.train.steps = steps                # paper: 1M/766k/400k
+    config.train.learning_rate = learning_rate  # peak; paper: 5e-4/2e-4/2e-4
+    config.train.warmup_steps = 30 if tiny else 10_000  # paper: 10k, then linear decay to 0
+    config.train.optimizer = "adamw"          # adamw|lamb; paper: Adam with weight decay
+    config.train.weight_decay = 0.01          # paper: 0.01 (not on LayerNorm and biases)
+    config.train.adam_beta1 = 0.9             # paper: 0.9
+    config.train.adam_beta2 = 0.999           # paper: 0.999
+    config.train.adam_epsilon = 1e-6          # paper: 1e-6
+    config.train.clip_norm = 1.0              # global-norm clipping; paper: 1.0
+    config.train.steps_per_loop = 10 if tiny else 100  # steps per tf.function call
+    config.train.checkpoint_every = 100 if tiny else 5_000  # steps (rounded to loops)
+    config.train.keep_checkpoints = 3         # checkpoints kept (the newest)
+    config.train.log_every = 20 if tiny else 100  # steps between log lines and summaries
+    config.train.eval_every = 100 if tiny else 10_000  # steps between evaluations
+    config.train.eval_steps = 20 if tiny else 100  # batches per evaluation
+    config.train.seed = 0                     # init, data order, sampling
+    config.train.mixed_precision = "auto"     # auto|float32|bfloat16|float16 (auto: bf16 on
+                                              # TPU and Ampere+ GPUs, fp16 older GPUs, fp32 CPU)
+    config.train.jit_compile = True           # XLA for the forward/backward pass
+
+    config.runtime = ml_collections.ConfigDict()
+    config.runtime.strategy = "auto"          # auto|tpu|mirrored|multi_worker|one_device
+    config.runtime.tpu = ""                   # TPU name or grpc:// address ("" = local)
+    config.runtime.cpu_devices = 0            # split the CPU into N logical devices (to try
+                                              # mirrored without accelerators); 0 = off
+    return config

@@ -1,0 +1,1 @@
+"""The ELECTRA generator and discriminator, built from keras-hub layers."""

@@ -1,0 +1,170 @@
+"""The ELECTRA encoder: shared embeddings, a projection, keras-hub TransformerEncoder blocks.
+
+As in the original (and BERT): token + position + segment embeddings of width E, summed,
+LayerNorm (epsilon 1e-12), dropout; a dense projection to the hidden width H when E != H;
+then post-LayerNorm `keras_hub.layers.TransformerEncoder` blocks with exact (erf) gelu and
+truncated-normal(0.02) initialisation. No pooler: ELECTRA has none.
+
+The generator and the discriminator are two `Encoder`s over ONE `Embeddings` object.
+
+>>> import numpy as np
+>>> embeddings = Embeddings(vocabulary_size=10, embedding_size=8)
+>>> encoder = Encoder(embeddings, hidden_size=16, num_layers=1, num_heads=2,
+...                   intermediate_size=32)
+>>> inputs = {"token_ids": np.array([[2, 5, 3, 0]]), "segment_ids": np.zeros((1, 4), "int32"),
+...           "padding_mask": np.array([[1, 1, 1, 0]])}
+>>> encoder(inputs).shape
+TensorShape([1, 4, 16])
+"""
+
+import keras
+import keras_hub
+
+
+def initializer(stddev: float = 0.02) -> keras.initializers.Initializer:
+    """The original's initializer: truncated normal, stddev 0.02."""
+    return keras.initializers.TruncatedNormal(stddev=stddev)
+
+
+class Embeddings(keras.layers.Layer):
+    """Token + position + segment embeddings, LayerNorm, dropout: `[B, S]` ids → `[B, S, E]`.
+
+    `token_embedding` is a `keras_hub.layers.ReversibleEmbedding`, so the generator's MLM
+    head can project back to the vocabulary with the same matrix.
+    """
+
+    def __init__(self, vocabulary_size: int, embedding_size: int,
+                 max_sequence_length: int = 512, num_segments: int = 2,
+                 dropout: float = 0.1, layer_norm_epsilon: float = 1e-12, **kwargs):
+        super().__init__(**kwargs)
+        if vocabulary_size <= 0 or embedding_size <= 0:
+            raise ValueError("`vocabulary_size` and `embedding_size` must be positive. "
+                             f"Received: `vocabulary_size={vocabulary_size}`, "
+                             f"`embedding_size={embedding_size}`")
+        self.vocabulary_size = vocabulary_size
+        self.embedding_size = embedding_size
+        self.max_sequence_length = max_sequence_length
+        self.num_segments = num_segments
+        self.dropout = dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+        # === Layers ===
+        self.token_embedding = keras_hub.layers.ReversibleEmbedding(
+            vocabulary_size, embedding_size, tie_weights=True,
+            embeddings_initializer=initializer(), dtype=self.dtype_policy,
+            name="token_embedding")
+        self.position_embedding = keras_hub.layers.PositionEmbedding(
+            max_sequence_length, initializer=initializer(), dtype=self.dtype_policy,
+            name="position_embedding")
+        self.segment_embedding = keras.layers.Embedding(
+            num_segments, embedding_size, embeddings_initializer=initializer(),
+            dtype=self.dtype_policy, name="segment_embedding")
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm")
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy,
+                                                  name="dropout")
+
+    def build(self, input_shape):
+        # input_shape: [B, S] token ids.
+        self.token_embedding.build(input_shape)
+        self.segment_embedding.build(input_shape)
+        embedded = tuple(input_shape) + (self.embedding_size,)
+        self.position_embedding.build(embedded)
+        self.layer_norm.build(embedded)
+        self.built = True
+
+    # === Forward ===
+    def call(self, token_ids, segment_ids, training=None):
+        tokens = self.token_embedding(token_ids)                  # [B, S, E]
+        x = tokens + self.position_embedding(tokens) + self.segment_embedding(segment_ids)
+        return self.dropout_layer(self.layer_norm(x), training=training)
+
+    # === Config ===
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "vocabulary_size": self.vocabulary_size,
+            "embedding_size": self.embedding_size,
+            "max_sequence_length": self.max_sequence_length,
+            "num_segments": self.num_segments,
+            "dropout": self.dropout,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+        })
+        return config
+
+
+class Encoder(keras.layers.Layer):
+    """Embeddings (shared, passed in) → projection to H → L transformer blocks.
+
+    Inputs: a dict of `token_ids`, `segment_ids` and `padding_mask`, each `[B, S]`.
+    Output: the sequence output `[B, S, H]`.
+    """
+
+    def __init__(self, embeddings: Embeddings, hidden_size: int, num_layers: int,
+                 num_heads: int, intermediate_size: int, dropout: float = 0.1,
+                 layer_norm_epsilon: float = 1e-12, **kwargs):
+        super().__init__(**kwargs)
+        if hidden_size % num_heads:
+            raise ValueError("`hidden_size` must be a multiple of `num_heads`. Received: "
+                             f"`hidden_size={hidden_size}`, `num_heads={num_heads}`")
+        self.embeddings = embeddings
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.intermediate_size = intermediate_size
+        self.dropout = dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+        # === Layers ===
+        self.projection = None
+        if embeddings.embedding_size != hidden_size:
+            self.projection = keras.layers.Dense(
+                hidden_size, kernel_initializer=initializer(), dtype=self.dtype_policy,
+                name="embeddings_projection")
+        self.blocks = [
+            keras_hub.layers.TransformerEncoder(
+                intermediate_dim=intermediate_size, num_heads=num_heads, dropout=dropout,
+                activation="gelu",  # Keras' gelu is the exact (erf) one, as the original
+                layer_norm_epsilon=layer_norm_epsilon, kernel_initializer=initializer(),
+                dtype=self.dtype_policy, name=f"transformer_layer_{i}")
+            for i in range(num_layers)]
+
+    def build(self, input_shape):
+        # input_shape: {"token_ids": [B, S], ...}
+        ids_shape = tuple(input_shape["token_ids"])
+        if not self.embeddings.built:
+            self.embeddings.build(ids_shape)
+        if self.projection is not None:
+            self.projection.build(ids_shape + (self.embeddings.embedding_size,))
+        for block in self.blocks:
+            block.build(ids_shape + (self.hidden_size,))
+        self.built = True
+
+    # === Forward ===
+    def call(self, inputs, training=None):
+        x = self.embeddings(inputs["token_ids"], inputs["segment_ids"], training=training)
+        if self.projection is not None:
+            x = self.projection(x)                               # [B, S, E] → [B, S, H]
+        padding_mask = keras.ops.cast(inputs["padding_mask"], "bool")
+        for block in self.blocks:
+            x = block(x, padding_mask=padding_mask, training=training)
+        return x                                                 # [B, S, H]
+
+    # === Config ===
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "embeddings": keras.layers.serialize(self.embeddings),
+            "hidden_size": self.hidden_size,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "intermediate_size": self.intermediate_size,
+            "dropout": self.dropout,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+        })
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config, embeddings=keras.layers.deserialize(config["embeddings"]))
+        return cls(**config)

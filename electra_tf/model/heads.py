@@ -1,0 +1,57 @@
+"""Output heads: the generator's masked-LM head and the discriminator's RTD head.
+
+>>> import numpy as np
+>>> from electra_tf.model import encoder
+>>> embeddings = encoder.Embeddings(vocabulary_size=10, embedding_size=8)
+>>> embeddings.build((1, 4))
+>>> mlm = masked_lm_head(embeddings)
+>>> mlm(np.zeros((1, 4, 16), "float32"), mask_positions=np.array([[1, 2]])).shape
+TensorShape([1, 2, 10])
+>>> ReplacedTokenHead(hidden_size=16)(np.zeros((1, 4, 16), "float32")).shape
+TensorShape([1, 4])
+"""
+
+import keras
+import keras_hub
+
+from electra_tf.model import encoder
+
+
+def masked_lm_head(embeddings: encoder.Embeddings, layer_norm_epsilon: float = 1e-12,
+                   dtype=None, name: str = "generator_predictions"):
+    """The generator head: gather masked positions → dense to E + gelu + LayerNorm → the
+    (tied) token embedding matrix transposed + an output bias. keras-hub's `MaskedLMHead`
+    is exactly the original's `get_masked_lm_output`."""
+    return keras_hub.layers.MaskedLMHead(
+        token_embedding=embeddings.token_embedding, intermediate_activation="gelu",
+        layer_norm_epsilon=layer_norm_epsilon, kernel_initializer=encoder.initializer(),
+        dtype=dtype, name=name)
+
+
+class ReplacedTokenHead(keras.layers.Layer):
+    """The discriminator head: dense(H, gelu) → dense(1): `[B, S, H]` → logits `[B, S]`."""
+
+    def __init__(self, hidden_size: int, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        # === Layers ===
+        self.dense = keras.layers.Dense(hidden_size, activation="gelu",
+                                        kernel_initializer=encoder.initializer(),
+                                        dtype=self.dtype_policy, name="dense")
+        self.logits = keras.layers.Dense(1, kernel_initializer=encoder.initializer(),
+                                         dtype=self.dtype_policy, name="logits")
+
+    def build(self, input_shape):
+        self.dense.build(input_shape)
+        self.logits.build(tuple(input_shape[:-1]) + (self.hidden_size,))
+        self.built = True
+
+    # === Forward ===
+    def call(self, sequence_output):
+        return keras.ops.squeeze(self.logits(self.dense(sequence_output)), axis=-1)
+
+    # === Config ===
+    def get_config(self):
+        config = super().get_config()
+        config.update({"hidden_size": self.hidden_size})
+        return config

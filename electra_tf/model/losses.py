@@ -1,0 +1,57 @@
+"""ELECTRA's losses, as pure functions of the model's outputs and the batch.
+
+MLM: cross-entropy of the generator at the masked positions (weighted by
+`masked_lm_weights`). RTD: sigmoid cross-entropy of the discriminator over the real tokens
+(`input_mask`). Total: MLM + disc_weight × RTD.
+
+Each loss is a sum divided by a normalizer: by default this batch's number of masked
+positions / real tokens. Under a distribution strategy the train step passes the GLOBAL
+counts (all-reduced), so each replica's loss is its share of the global mean and the
+summed gradients are those of one big batch, whatever the number of replicas.
+
+>>> import tensorflow as tf
+>>> outputs = {"mlm_logits": tf.zeros([1, 2, 4]), "disc_logits": tf.zeros([1, 3]),
+...            "is_replaced": tf.constant([[0., 1., 0.]])}
+>>> batch = {"masked_lm_ids": tf.constant([[1, 2]]),
+...          "masked_lm_weights": tf.constant([[1., 0.]]),
+...          "input_mask": tf.constant([[1, 1, 0]])}
+>>> loss, values = pretraining_loss(outputs, batch, disc_weight=50.0)
+>>> round(float(values["mlm_loss"]), 4), round(float(values["rtd_loss"]), 4)  # ln 4, ln 2
+(1.3863, 0.6931)
+"""
+
+import tensorflow as tf
+
+
+def mlm_token_losses(logits, labels):
+    """Per-position cross-entropy `[B, P]` (float32) of `[B, P, V]` logits."""
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(labels, tf.int32), logits=tf.cast(logits, tf.float32))
+
+
+def rtd_token_losses(logits, is_replaced):
+    """Per-token sigmoid cross-entropy `[B, S]` (float32)."""
+    return tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=tf.cast(is_replaced, tf.float32), logits=tf.cast(logits, tf.float32))
+
+
+def pretraining_loss(outputs, batch, disc_weight, num_masked=None, num_tokens=None):
+    """(total loss, values): values hold `mlm_loss`, `rtd_loss` and the per-token losses.
+
+    num_masked, num_tokens: the normalizers (default: this batch's own counts).
+    """
+    weights = tf.cast(batch["masked_lm_weights"], tf.float32)           # [B, P]
+    token_mask = tf.cast(batch["input_mask"], tf.float32)               # [B, S]
+    if num_masked is None:
+        num_masked = tf.reduce_sum(weights)
+    if num_tokens is None:
+        num_tokens = tf.reduce_sum(token_mask)
+
+    mlm_tokens = mlm_token_losses(outputs["mlm_logits"], batch["masked_lm_ids"])
+    rtd_tokens = rtd_token_losses(outputs["disc_logits"], outputs["is_replaced"])
+    # max(.., 1): a batch with no masked position (all-padding) gives 0, not NaN.
+    mlm = tf.reduce_sum(mlm_tokens * weights) / tf.maximum(num_masked, 1.0)
+    rtd = tf.reduce_sum(rtd_tokens * token_mask) / tf.maximum(num_tokens, 1.0)
+    values = {"mlm_loss": mlm, "rtd_loss": rtd,
+              "mlm_token_losses": mlm_tokens, "rtd_token_losses": rtd_tokens}
+    return mlm + disc_weight * rtd, values

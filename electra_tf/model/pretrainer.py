@@ -1,0 +1,187 @@
+"""`ElectraPretrainer`: generator → sampling → discriminator, for one masked batch.
+
+    masked_input_ids ─► generator ─► MLM head at the masked positions ─► mlm_logits [B, P, V]
+                                                                           │ sample (no grad)
+    input_ids ◄── is_replaced ◄── corrupted_ids [B, S] ◄── sampled_ids [B, P]
+                                        │
+                                        ▼
+                          discriminator ─► RTD head ─► disc_logits [B, S]
+
+The generator and the discriminator share one `Embeddings` object (`tie_embeddings`);
+the MLM head projects with its token matrix. After pre-training the discriminator
+(`embeddings` + `discriminator`) is the product; the generator is dropped.
+
+>>> import numpy as np
+>>> from electra_tf.model import sizes
+>>> model = ElectraPretrainer(vocabulary_size=30, discriminator_size=sizes.SIZES["tiny"],
+...     generator_size=sizes.generator_size(sizes.SIZES["tiny"], 0.5))
+>>> batch = dummy_batch(batch_size=2, seq_length=8, num_predictions=2)
+>>> outputs = model(batch, uniform=np.full((2, 2), 0.5, "float32"))
+>>> outputs["mlm_logits"].shape, outputs["disc_logits"].shape
+(TensorShape([2, 2, 30]), TensorShape([2, 8]))
+>>> model.generator.embeddings is model.discriminator.embeddings
+True
+"""
+
+import dataclasses
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from electra_tf.model import encoder
+from electra_tf.model import heads
+from electra_tf.model import sampling
+from electra_tf.model import sizes
+
+
+class ElectraPretrainer(keras.Model):
+    """The ELECTRA generator and discriminator, trained jointly.
+
+    Inputs: a batch dict from `electra_tf.data.pipeline` (`input_ids`, `input_mask`,
+    `segment_ids`, `masked_input_ids`, `masked_lm_positions`, `masked_lm_ids`,
+    `masked_lm_weights`) and `uniform`, `[B, P]` numbers that drive the sampling.
+    Outputs: `mlm_logits` [B, P, V], `sampled_ids` [B, P], `corrupted_ids` [B, S],
+    `is_replaced` [B, S] (float32 0/1), `disc_logits` [B, S] (float32).
+    """
+
+    def __init__(self, vocabulary_size: int, discriminator_size: sizes.EncoderSize,
+                 generator_size: sizes.EncoderSize, tie_embeddings: bool = True,
+                 temperature: float = 1.0, disallow_correct: bool = False,
+                 dropout: float = 0.1, max_sequence_length: int = 512, **kwargs):
+        super().__init__(**kwargs)
+        if temperature <= 0:
+            raise ValueError(f"`temperature` must be positive. Received: "
+                             f"`temperature={temperature}`")
+        if generator_size.embedding_size != discriminator_size.embedding_size:
+            raise ValueError("The generator and discriminator share the embedding width. "
+                             f"Received: {generator_size.embedding_size} and "
+                             f"{discriminator_size.embedding_size}")
+        self.vocabulary_size = vocabulary_size
+        self.discriminator_size = discriminator_size
+        self.generator_size = generator_size
+        self.tie_embeddings = tie_embeddings
+        self.temperature = temperature
+        self.disallow_correct = disallow_correct
+        self.dropout = dropout
+        self.max_sequence_length = max_sequence_length
+
+        # === Layers ===
+        def make_embeddings(name):
+            return encoder.Embeddings(vocabulary_size, discriminator_size.embedding_size,
+                                      max_sequence_length=max_sequence_length,
+                                      dropout=dropout, dtype=self.dtype_policy, name=name)
+
+        def make_encoder(embeddings, size, name):
+            return encoder.Encoder(embeddings, size.hidden_size, size.num_layers,
+                                   size.num_heads, size.intermediate_size, dropout=dropout,
+                                   dtype=self.dtype_policy, name=name)
+
+        self.embeddings = make_embeddings("embeddings")
+        generator_embeddings = (self.embeddings if tie_embeddings
+                                else make_embeddings("generator_embeddings"))
+        self.generator = make_encoder(generator_embeddings, generator_size, "generator")
+        self.generator_head = heads.masked_lm_head(generator_embeddings,
+                                                   dtype=self.dtype_policy)
+        self.discriminator = make_encoder(self.embeddings, discriminator_size,
+                                          "discriminator")
+        self.discriminator_head = heads.ReplacedTokenHead(
+            discriminator_size.hidden_size, dtype=self.dtype_policy,
+            name="discriminator_predictions")
+
+    # === Forward ===
+    def call(self, batch, uniform=None, training=None):
+        input_ids = batch["input_ids"]
+        segment_ids = batch["segment_ids"]
+        padding_mask = batch["input_mask"]
+
+        # Generator: MLM at the masked positions only (never over all S tokens).
+        generated = self.generator({"token_ids": batch["masked_input_ids"],
+                                    "segment_ids": segment_ids,
+                                    "padding_mask": padding_mask}, training=training)
+        mlm_logits = tf.cast(self.generator_head(
+            generated, mask_positions=batch["masked_lm_positions"]), tf.float32)  # [B, P, V]
+
+        # Sampling. The discriminator's loss must not train the generator (the paper
+        # trains it by MLM only, and sampling is not differentiable anyway): stop here.
+        if uniform is None:
+            uniform = tf.random.uniform(tf.shape(batch["masked_lm_ids"]))
+        sampled_ids = sampling.sample(
+            tf.stop_gradient(mlm_logits), uniform, self.temperature,
+            batch["masked_lm_ids"] if self.disallow_correct else None)          # [B, P]
+        corrupted_ids = sampling.replace_masked(
+            batch["masked_input_ids"], batch["masked_lm_positions"],
+            batch["masked_lm_weights"], sampled_ids)                             # [B, S]
+        # A sample equal to the original token counts as original.
+        is_replaced = tf.cast(tf.not_equal(corrupted_ids, tf.cast(input_ids, corrupted_ids.dtype)),
+                              tf.float32) * tf.cast(padding_mask, tf.float32)    # [B, S]
+
+        discriminated = self.discriminator({"token_ids": corrupted_ids,
+                                            "segment_ids": segment_ids,
+                                            "padding_mask": padding_mask}, training=training)
+        disc_logits = tf.cast(self.discriminator_head(discriminated), tf.float32)  # [B, S]
+        return {"mlm_logits": mlm_logits, "sampled_ids": sampled_ids,
+                "corrupted_ids": corrupted_ids, "is_replaced": is_replaced,
+                "disc_logits": disc_logits}
+
+    def build_for(self, seq_length: int, num_predictions: int):
+        """Creates every variable (eagerly, e.g. inside `strategy.scope()`)."""
+        self(dummy_batch(1, seq_length, num_predictions),
+             uniform=np.zeros((1, num_predictions), "float32"), training=False)
+        return self
+
+    def discriminator_variables(self):
+        """The variables of the product: embeddings, discriminator encoder and head."""
+        layers = (self.embeddings, self.discriminator, self.discriminator_head)
+        seen, out = set(), []
+        for v in (v for layer in layers for v in layer.weights):
+            if id(v) not in seen:
+                seen.add(id(v))
+                out.append(v)
+        return out
+
+    # === Config ===
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "vocabulary_size": self.vocabulary_size,
+            "discriminator_size": dataclasses.asdict(self.discriminator_size),
+            "generator_size": dataclasses.asdict(self.generator_size),
+            "tie_embeddings": self.tie_embeddings,
+            "temperature": self.temperature,
+            "disallow_correct": self.disallow_correct,
+            "dropout": self.dropout,
+            "max_sequence_length": self.max_sequence_length,
+        })
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        for key in ("discriminator_size", "generator_size"):
+            config[key] = sizes.EncoderSize(**config[key])
+        return cls(**config)
+
+
+def dummy_batch(batch_size: int, seq_length: int, num_predictions: int) -> dict:
+    """A batch of the pipeline's structure (zeros, one real token), for building."""
+    ids = np.zeros((batch_size, seq_length), "int32")
+    predictions = np.zeros((batch_size, num_predictions), "int32")
+    mask = ids.copy()
+    mask[:, 0] = 1
+    return {"input_ids": ids, "input_mask": mask, "segment_ids": ids,
+            "masked_input_ids": ids, "masked_lm_positions": predictions,
+            "masked_lm_ids": predictions,
+            "masked_lm_weights": predictions.astype("float32")}
+
+
+def from_config(model_config, vocabulary_size: int, dtype=None) -> ElectraPretrainer:
+    """The pre-trainer for `config.model` (see configs/electra.py)."""
+    discriminator = sizes.get_size(model_config.size)
+    generator = sizes.generator_size(discriminator, model_config.generator_hidden_fraction,
+                                     model_config.generator_layer_fraction)
+    return ElectraPretrainer(
+        vocabulary_size, discriminator, generator,
+        tie_embeddings=model_config.tie_embeddings, temperature=model_config.temperature,
+        disallow_correct=model_config.disallow_correct, dropout=model_config.dropout,
+        dtype=dtype, name="electra")

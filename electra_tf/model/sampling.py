@@ -1,0 +1,80 @@
+"""Sampling replacement tokens from the generator, on token ids.
+
+`sample` draws one token per masked position by inverting the CDF of the generator's
+softmax with ONE uniform number per position (`[B, P]`). The caller supplies those numbers,
+so a draw is a pure function of (logits, uniform): the training loop makes them from the
+seed, the step and the example's index in the global batch, which gives the same samples
+whatever the number of replicas, and after a resume.
+
+The CDF is found in two levels (blocks of 128 vocabulary entries, then inside the chosen
+block) rather than one cumulative sum over the vocabulary: a float32 running sum over 30k
+entries drifts by ~1e-3 and is 4x slower on CPU. Nothing of shape `[B, P, V]` is built
+besides the probabilities themselves.
+
+>>> import tensorflow as tf
+>>> logits = tf.math.log(tf.constant([[[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]]]) + 1e-9)
+>>> sample(logits, tf.constant([[0.3, 0.9]])).numpy().tolist()
+[[1, 2]]
+"""
+
+import tensorflow as tf
+
+BLOCK = 128
+
+
+def sample(logits: tf.Tensor, uniform: tf.Tensor, temperature: float = 1.0,
+           disallowed_ids: tf.Tensor | None = None) -> tf.Tensor:
+    """Token ids `[B, P]` (int32) drawn from softmax(logits / temperature).
+
+    Args:
+      logits: `[B, P, V]` generator logits at the masked positions.
+      uniform: `[B, P]` numbers in [0, 1), one per position.
+      temperature: softmax temperature; 1.0 samples the generator's own distribution.
+      disallowed_ids: `[B, P]` ids that must not be drawn (the original tokens, for
+        `disallow_correct`), or None.
+    """
+    batch, positions, vocab = logits.shape
+    probs = tf.nn.softmax(tf.cast(logits, tf.float32) / temperature)   # [B, P, V]
+    if disallowed_ids is not None:
+        # Zero the original token's probability: a scatter, not a [B, P, V] one-hot.
+        b, p = tf.meshgrid(tf.range(batch), tf.range(positions), indexing="ij")
+        index = tf.stack([b, p, tf.cast(disallowed_ids, tf.int32)], axis=-1)  # [B, P, 3]
+        probs = tf.tensor_scatter_nd_update(probs, index, tf.zeros([batch, positions]))
+
+    n = batch * positions
+    num_blocks = -(-vocab // BLOCK)
+    probs = tf.pad(tf.reshape(probs, [n, vocab]), [[0, 0], [0, num_blocks * BLOCK - vocab]])
+    probs = tf.reshape(probs, [n, num_blocks, BLOCK])
+    block_mass = tf.reduce_sum(probs, axis=-1)                          # [N, blocks]
+    block_cdf = tf.math.cumsum(block_mass, axis=-1)
+    target = tf.reshape(tf.cast(uniform, tf.float32), [n]) * block_cdf[:, -1]   # [N]
+
+    # The first block whose CDF passes the target, then the first entry inside it.
+    block = _count_at_most(block_cdf, target, num_blocks)               # [N]
+    target -= tf.gather(block_cdf, block, batch_dims=1) - tf.gather(block_mass, block,
+                                                                     batch_dims=1)
+    in_block_cdf = tf.math.cumsum(tf.gather(probs, block, batch_dims=1), axis=-1)  # [N, 128]
+    entry = _count_at_most(in_block_cdf, target, BLOCK)
+    ids = tf.minimum(block * BLOCK + entry, vocab - 1)
+    return tf.reshape(ids, [batch, positions])
+
+
+def _count_at_most(cdf, target, size):
+    """How many CDF entries are <= target, capped at size - 1 (round-off at the top)."""
+    count = tf.reduce_sum(tf.cast(cdf <= target[:, None], tf.int32), axis=-1)
+    return tf.minimum(count, size - 1)
+
+
+def replace_masked(masked_input_ids: tf.Tensor, positions: tf.Tensor, weights: tf.Tensor,
+                   sampled_ids: tf.Tensor) -> tf.Tensor:
+    """`masked_input_ids` with the sampled ids written at the masked positions.
+
+    Padding predictions (weight 0, position 0) leave their position unchanged.
+    """
+    positions = tf.cast(positions, tf.int32)
+    current = tf.gather(masked_input_ids, positions, batch_dims=1)      # [B, P]
+    updates = tf.where(weights > 0, tf.cast(sampled_ids, masked_input_ids.dtype), current)
+    batch, num = positions.shape
+    rows = tf.broadcast_to(tf.range(batch)[:, None], [batch, num])
+    index = tf.stack([rows, positions], axis=-1)                         # [B, P, 2]
+    return tf.tensor_scatter_nd_update(masked_input_ids, index, updates)

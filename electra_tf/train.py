@@ -1,0 +1,36 @@
+"""Pre-trains ELECTRA: `python -m electra_tf.train --config=configs/electra.py:SIZE --workdir=DIR`.
+
+Override any config field with `--config.SECTION.KEY=VALUE` (see configs/electra.py).
+Re-running the same command resumes from the latest checkpoint in DIR.
+"""
+
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before Keras is imported
+
+from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import logging  # pylint: disable=g-import-not-at-top,wrong-import-position
+from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+
+from electra_tf import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Config file and size, e.g. configs/electra.py:small.",
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, logs and config.json go here.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
+    logging.set_verbosity(logging.INFO)
+    results = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    print("final metrics: " + " ".join(f"{k}={v:.4f}" for k, v in results.items()))
+    print(f"TensorBoard: tensorboard --logdir={os.path.join(_WORKDIR.value, 'logs')}")
+
+
+if __name__ == "__main__":
+    cli.app_run(main)

@@ -1,0 +1,1 @@
+"""Pre-training: strategies, optimizer, metrics, checkpoints and the loop."""

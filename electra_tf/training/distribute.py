@@ -1,0 +1,110 @@
+"""The tf.distribute strategy named by `config.runtime`, and facts about it.
+
+    auto          TPU if one is reachable, MultiWorkerMirrored if TF_CONFIG lists several
+                  workers, Mirrored over several GPUs, else one device
+    tpu           TPUStrategy via TPUClusterResolver(config.runtime.tpu)
+    multi_worker  MultiWorkerMirroredStrategy from TF_CONFIG
+    mirrored      MirroredStrategy over every GPU (or every logical CPU)
+    one_device    the first GPU, else the CPU
+"""
+
+import json
+import os
+
+import tensorflow as tf
+from absl import logging
+
+from electra_tf import errors
+
+STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "one_device")
+
+
+def split_cpu(num_devices: int):
+    """Makes the CPU appear as `num_devices` logical devices (before TF initialises)."""
+    if num_devices > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * num_devices)
+
+
+def get_strategy(runtime) -> tf.distribute.Strategy:
+    """The strategy for `config.runtime` (call first: multi-worker must start early)."""
+    name = runtime.strategy
+    if name not in STRATEGIES:
+        raise errors.UserError(f"config.runtime.strategy: unknown strategy {name!r}; "
+                               f"choose one of {', '.join(STRATEGIES)}")
+    if name == "auto":
+        name = _detect(runtime)
+        logging.info("config.runtime.strategy=auto chose %s", name)
+    if name == "multi_worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    split_cpu(runtime.cpu_devices)
+    if name == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=runtime.tpu)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    gpus = tf.config.list_logical_devices("GPU")
+    if name == "mirrored":
+        devices = gpus or tf.config.list_logical_devices("CPU")
+        return tf.distribute.MirroredStrategy([d.name for d in devices])
+    return tf.distribute.OneDeviceStrategy((gpus or tf.config.list_logical_devices("CPU"))[0].name)
+
+
+def _detect(runtime) -> str:
+    if runtime.tpu or os.environ.get("TPU_NAME") or os.path.exists("/dev/accel0"):
+        return "tpu"
+    workers = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {}).get("worker", [])
+    if len(workers) > 1:
+        return "multi_worker"
+    if len(tf.config.list_physical_devices("GPU")) > 1:
+        return "mirrored"
+    return "one_device"
+
+
+def is_tpu(strategy) -> bool:
+    return isinstance(strategy, tf.distribute.TPUStrategy)
+
+
+def is_chief(strategy) -> bool:
+    """True on the worker that writes checkpoints and summaries."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
+        return True
+    return resolver.task_type in (None, "chief") or (
+        resolver.task_type == "worker" and resolver.task_id == 0)
+
+
+def worker_id(strategy) -> int:
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and resolver:
+        return resolver.task_id or 0
+    return 0
+
+
+def device_kind(strategy) -> str:
+    """'tpu', 'gpu' or 'cpu': where the replicas run."""
+    if is_tpu(strategy):
+        return "tpu"
+    device = strategy.extended.worker_devices[0].lower()
+    return "gpu" if "gpu" in device else "cpu"
+
+
+def dtype_policy(mixed_precision: str, strategy) -> str:
+    """The Keras dtype policy name for `config.train.mixed_precision`."""
+    choices = ("auto", "float32", "bfloat16", "float16")
+    if mixed_precision not in choices:
+        raise errors.UserError(f"config.train.mixed_precision: unknown value "
+                               f"{mixed_precision!r}; choose one of {', '.join(choices)}")
+    if mixed_precision == "auto":
+        kind = device_kind(strategy)
+        if kind == "tpu":
+            mixed_precision = "bfloat16"
+        elif kind == "gpu":
+            details = tf.config.experimental.get_device_details(
+                tf.config.list_physical_devices("GPU")[0])
+            mixed_precision = ("bfloat16" if details.get("compute_capability", (0, 0)) >= (8, 0)
+                               else "float16")
+        else:
+            mixed_precision = "float32"  # CPUs without AMX run bfloat16 matmuls slower
+    return "float32" if mixed_precision == "float32" else f"mixed_{mixed_precision}"

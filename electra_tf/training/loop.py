@@ -1,0 +1,293 @@
+"""The pre-training loop: `train_and_evaluate(config, workdir)`.
+
+One replica step (`_replica_step`), read top to bottom:
+
+    global counts (all-reduce) ─► [XLA] forward: generator ─► sample ─► discriminator
+    ─► losses scaled to this replica's share of the global mean ─► gradients
+    ─► all-reduce (sum) ─► optimizer: clip to global norm, weight decay, AdamW ─► metrics
+
+`steps_per_loop` such steps run inside one `tf.function` (one host round-trip per loop,
+which is what TPUs need). The sampling noise for step t is
+`stateless_uniform([global_batch, P], seed=(seed, t))`, and each replica takes its rows,
+so the same examples get the same samples whatever the number of replicas.
+"""
+
+import os
+import shutil
+import time
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from electra_tf import errors
+from electra_tf import progress
+from electra_tf.data import pipeline
+from electra_tf.model import losses
+from electra_tf.model import pretrainer
+from electra_tf.text import tokenizer
+from electra_tf.training import distribute
+from electra_tf.training import metrics as metrics_lib
+from electra_tf.training import optimizer as optimizer_lib
+from electra_tf.training import summaries
+
+SUM = tf.distribute.ReduceOp.SUM
+
+
+class Trainer:
+    """The model, optimizer, metrics and compiled steps of one run, under one strategy."""
+
+    def __init__(self, config, strategy, vocab_size: int, num_predictions: int):
+        self.config = config
+        self.strategy = strategy
+        self.num_predictions = num_predictions
+        self.global_batch = config.train.batch_size
+        replicas = strategy.num_replicas_in_sync
+        if self.global_batch % replicas:
+            raise errors.UserError(
+                f"config.train.batch_size={self.global_batch} is not divisible by the "
+                f"{replicas} replicas of this {type(strategy).__name__}")
+        self.local_batch = self.global_batch // replicas
+        self.policy = distribute.dtype_policy(config.train.mixed_precision, strategy)
+        seq_length = config.data.max_seq_length
+        with strategy.scope():
+            keras.utils.set_random_seed(config.train.seed)
+            self.model = pretrainer.from_config(config.model, vocab_size, dtype=self.policy)
+            self.model.build_for(seq_length, num_predictions)
+            self.optimizer = optimizer_lib.create_optimizer(config.train, self.model,
+                                                            self.policy)
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+            self.train_metrics = metrics_lib.PretrainingMetrics(config.model.disc_weight)
+            self.eval_metrics = metrics_lib.PretrainingMetrics(config.model.disc_weight)
+        # XLA: the forward/backward pass. Mirrored strategies cannot compile the
+        # all-reduce and the optimizer update (cross-device resources); TPUs compile all.
+        self._forward_backward = tf.function(self._forward_backward_fn,
+                                             jit_compile=config.train.jit_compile)
+        self._forward = tf.function(self._forward_fn, jit_compile=config.train.jit_compile)
+        self.train_loop = tf.function(self._train_loop_fn)
+        self.eval_batch = tf.function(self._eval_batch_fn)
+
+    # ------------------------------------------------------------------ helpers
+    def _uniform(self, seed, index):
+        """This replica's rows of the `[global_batch, P]` sampling noise for `index`."""
+        noise = tf.random.stateless_uniform(
+            [self.global_batch, self.num_predictions],
+            seed=tf.stack([tf.cast(seed, tf.int64), tf.cast(index, tf.int64)]))
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        return tf.slice(noise, [replica * self.local_batch, 0],
+                        [self.local_batch, self.num_predictions])
+
+    def _global_counts(self, batch):
+        """Masked positions and real tokens in the GLOBAL batch: the loss normalizers."""
+        counts = tf.stack([tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32)),
+                           tf.reduce_sum(tf.cast(batch["input_mask"], tf.float32))])
+        counts = tf.distribute.get_replica_context().all_reduce(SUM, counts)
+        return counts[0], counts[1]
+
+    def _outputs_and_loss(self, batch, uniform, counts, training):
+        outputs = self.model(batch, uniform=uniform, training=training)
+        loss, values = losses.pretraining_loss(outputs, batch, self.config.model.disc_weight,
+                                               *counts)
+        # Keep only what the metrics read: never return [B, P, V] logits from XLA.
+        small = {k: v for k, v in outputs.items() if k != "mlm_logits"}
+        small["mlm_predictions"] = tf.argmax(outputs["mlm_logits"], -1, output_type=tf.int32)
+        return loss, small, values
+
+    def _forward_backward_fn(self, batch, uniform, counts):
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss, outputs, values = self._outputs_and_loss(batch, uniform, counts, True)
+            scaled = self.optimizer.scale_loss(loss)   # loss scaling under float16
+        return tape.gradient(scaled, variables), outputs, values
+
+    def _forward_fn(self, batch, uniform, counts):
+        return self._outputs_and_loss(batch, uniform, counts, False)[1:]
+
+    # ------------------------------------------------------------------ steps
+    def _replica_step(self, batch, step):
+        counts = self._global_counts(batch)
+        uniform = self._uniform(self.config.train.seed, step)
+        grads, outputs, values = self._forward_backward(batch, uniform, counts)
+        # Sum over replicas here (not in Keras) so that clipping sees the global gradient.
+        grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
+        grad_norm = tf.linalg.global_norm(grads)
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            grad_norm /= tf.cast(self.optimizer.dynamic_scale, grad_norm.dtype)
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        self.train_metrics.update(batch, outputs, values, grad_norm)
+
+    def _train_loop_fn(self, iterator, num_steps):
+        for _ in tf.range(num_steps):
+            self.strategy.run(self._replica_step, args=(next(iterator), self.step.value()))
+            self.step.assign_add(1)
+
+    def _eval_batch_fn(self, batch, index):
+        def replica_fn(batch, index):
+            counts = self._global_counts(batch)
+            # A fixed noise stream per evaluation batch: evaluations are comparable.
+            uniform = self._uniform(self.config.train.seed + 1, index)
+            outputs, values = self._forward(batch, uniform, counts)
+            self.eval_metrics.update(batch, outputs, values)
+        self.strategy.run(replica_fn, args=(batch, index))
+
+    def evaluate(self, dataset, num_batches: int) -> dict[str, float]:
+        self.eval_metrics.reset()
+        seen = 0
+        for index, batch in enumerate(dataset):
+            if index >= num_batches:
+                break
+            self.eval_batch(batch, tf.constant(index, tf.int64))
+            seen += 1
+        if not seen:
+            raise errors.UserError("config.data.eval_files: fewer examples than one "
+                                   f"global batch ({self.global_batch})")
+        return self.eval_metrics.result()
+
+
+def _dataset(strategy, files, config, masking_config, training, step=0):
+    def make(context):
+        # Each step takes one batch per replica this pipeline feeds.
+        per_step = context.num_replicas_in_sync // context.num_input_pipelines
+        return pipeline.pretraining_dataset(
+            files, config.train.batch_size, config.data.max_seq_length, masking_config,
+            is_training=training, input_context=context, seed=config.train.seed,
+            shuffle_buffer=config.data.shuffle_buffer, skip_batches=step * per_step)
+    return strategy.distribute_datasets_from_function(make)
+
+
+def _files(config, key, vocab):
+    pattern = config.data[key]
+    if not pattern:
+        raise errors.UserError(f"config.data.{key} is empty: give a data directory, "
+                               "manifest or glob")
+    try:
+        return pipeline.resolve_files(pattern, config.data.max_seq_length, vocab)
+    except errors.UserError as e:
+        raise errors.UserError(f"config.data.{key}={pattern!r}: {e}") from None
+
+
+def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
+    """Pre-trains (resuming from `workdir` if it holds a checkpoint); returns the last
+    evaluation's metrics (or the last training metrics without eval files)."""
+    # ------------------------------------------------------------ runtime
+    strategy = strategy or distribute.get_strategy(config.runtime)
+    chief = distribute.is_chief(strategy)
+
+    # ------------------------------------------------------------ data
+    if not config.data.vocab_file:
+        raise errors.UserError("config.data.vocab_file is empty: give the vocab.txt the "
+                               "data was made with")
+    vocab = tokenizer.Vocab.load(config.data.vocab_file)
+    train_files = _files(config, "train_files", vocab)
+    eval_files = _files(config, "eval_files", vocab) if config.data.eval_files else None
+    masking_config = pipeline.masking_config_for(
+        vocab, config.data.max_seq_length, config.data.mask_prob,
+        config.data.mask_token_rate, config.data.random_token_rate)
+    eval_data = (_dataset(strategy, eval_files, config, masking_config, training=False)
+                 if eval_files else None)
+
+    # ------------------------------------------------------------ model, optimizer
+    trainer = Trainer(config, strategy, vocab.size, masking_config.max_predictions)
+
+    # ------------------------------------------------------------ checkpoint (resume)
+    # Order: variables exist (model and optimizer built) → restore → the data stream,
+    # which skips the batches the restored step has consumed (same seed, same order).
+    checkpoint_dir = os.path.join(workdir, "checkpoints")
+    if not chief:  # other workers must save too (collectives); they write aside
+        checkpoint_dir = os.path.join(workdir, "tmp", f"worker_{distribute.worker_id(strategy)}")
+    checkpoint = tf.train.Checkpoint(step=trainer.step, model=trainer.model,
+                                     optimizer=trainer.optimizer)
+    manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir,
+                                         max_to_keep=config.train.keep_checkpoints,
+                                         step_counter=trainer.step)
+    if chief:
+        latest = manager.latest_checkpoint
+    else:
+        latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+    if latest:
+        checkpoint.restore(latest).assert_existing_objects_matched()
+        logging.info("Resumed from %s at step %d", latest, int(trainer.step.numpy()))
+    else:
+        logging.info("No checkpoint in %s: starting from step 0", checkpoint_dir)
+    step = int(trainer.step.numpy())
+    iterator = iter(_dataset(strategy, train_files, config, masking_config, training=True,
+                             step=step))
+
+    # ------------------------------------------------------------ outputs
+    if chief:
+        tf.io.gfile.makedirs(workdir)
+        _write_text(os.path.join(workdir, "config.json"), config.to_json_best_effort(indent=2))
+        shutil.copyfile(config.data.vocab_file, os.path.join(workdir, "vocab.txt"))
+        train_writer = tf.summary.create_file_writer(os.path.join(workdir, "logs", "train"))
+        eval_writer = tf.summary.create_file_writer(os.path.join(workdir, "logs", "eval"))
+        summaries.write_config(train_writer, config)
+    else:
+        train_writer = eval_writer = tf.summary.create_noop_writer()
+
+    # ------------------------------------------------------------ loop
+    train = config.train
+    tokens_per_step = trainer.global_batch * config.data.max_seq_length
+    results = {}
+    last_time, last_step, start_time, start_step = time.time(), step, time.time(), step
+    while step < train.steps:
+        # Run to the next log/checkpoint/eval boundary, at most steps_per_loop steps.
+        boundary = min(_next_multiple(step, n) for n in (
+            train.log_every, train.checkpoint_every, train.eval_every, train.steps_per_loop))
+        trainer.train_loop(iterator, tf.constant(min(boundary, train.steps) - step))
+        step = int(trainer.step.numpy())
+
+        if step % train.log_every == 0 or step == train.steps:
+            values = trainer.train_metrics.result()
+            trainer.train_metrics.reset()
+            _check_finite(values, last_step, step)
+            now = time.time()
+            rate = (step - last_step) / max(now - last_time, 1e-9)
+            values.update(learning_rate=float(trainer.optimizer.learning_rate),
+                          steps_per_sec=rate, examples_per_sec=rate * trainer.global_batch,
+                          tokens_per_sec=rate * tokens_per_step)
+            summaries.write_scalars(train_writer, values, step)
+            overall = (step - start_step) / max(now - start_time, 1e-9)
+            logging.info(
+                "step %d/%d (%.1f%%) loss %.4f mlm %.4f rtd %.4f disc_auc %.3f | "
+                "%.2f steps/s %.0f ex/s ETA %s", step, train.steps, 100 * step / train.steps,
+                values["loss"], values["mlm_loss"], values["rtd_loss"], values["disc_auc"],
+                rate, rate * trainer.global_batch,
+                progress.format_duration((train.steps - step) / max(overall, 1e-9)))
+            last_time, last_step, results = now, step, values
+
+        if step % train.checkpoint_every == 0 or step == train.steps:
+            path = manager.save(checkpoint_number=step)
+            if chief:
+                logging.info("Saved %s", path)
+
+        if eval_data is not None and (step % train.eval_every == 0 or step == train.steps):
+            results = trainer.evaluate(eval_data, train.eval_steps)
+            summaries.write_scalars(eval_writer, results, step)
+            logging.info("eval at step %d: %s", step,
+                         " ".join(f"{k} {v:.4f}" for k, v in results.items()))
+            last_time = time.time()  # evaluation time is not training time
+
+    if not chief:
+        tf.io.gfile.rmtree(os.path.join(workdir, "tmp"))
+    return results
+
+
+def _next_multiple(step: int, every: int) -> int:
+    every = max(int(every), 1)
+    return (step // every + 1) * every
+
+
+def _check_finite(values, first_step, last_step):
+    for name in ("loss", "mlm_loss", "rtd_loss", "grad_norm"):
+        value = values.get(name)
+        if value is not None and not tf.math.is_finite(value):
+            raise FloatingPointError(
+                f"{name} is {value} between steps {first_step} and {last_step}; the last "
+                "good checkpoint is the latest one in the workdir")
+
+
+def _write_text(path, text):
+    tmp = path + ".tmp"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write(text)
+    tf.io.gfile.rename(tmp, path, overwrite=True)
