@@ -15,7 +15,7 @@ _PAPER = {
     "tiny": (32, 300, 2e-3, 0.5),
     "small": (128, 1_000_000, 5e-4, 0.25),
     "base": (256, 766_000, 2e-4, 1 / 3),
-    "large": (2048, 400_000, 2e-4, 1 / 3),
+    "large": (2048, 400_000, 2e-4, 0.25),
 }
 
 
@@ -40,7 +40,7 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
 
     config.model = ml_collections.ConfigDict()
     config.model.size = size                  # tiny|small|base|large (model/sizes.py)
-    config.model.generator_hidden_fraction = generator_fraction  # paper: 1/4 small, 1/3 base
+    config.model.generator_hidden_fraction = generator_fraction  # paper: 1/4, 1/3, 1/4
     config.model.generator_layer_fraction = 1.0  # paper: generator as deep as discriminator
     config.model.temperature = 1.0            # sampling temperature; paper: 1.0
     config.model.disallow_correct = False     # never sample the original token; paper: off

@@ -27,8 +27,29 @@ def run_main(main, argv):
         sys.exit(2)
 
 
+def parse_flags(argv):
+    """absl's flag parsing, with a bad flag (or `--config.KEY` override: ml_collections
+    raises AttributeError/KeyError/TypeError for those) as `error: ...` and exit 2."""
+    from absl import flags  # pylint: disable=g-import-not-at-top
+
+    try:
+        return flags.FLAGS(argv)
+    except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
+        message = str(e).replace("\\n", " ").replace("\\'", "'")
+        if len(message) > 1 and message[0] == message[-1] and message[0] in "'\"":
+            message = message[1:-1]  # ml_collections' errors are reprs of messages
+        message = " ".join(message.split())
+        if isinstance(e, (AttributeError, KeyError)):  # name the override it came from
+            key = message.split("'")[1] if message.count("'") >= 2 else None
+            culprit = [a for a in argv[1:] if key and a.split("=")[0].endswith("." + key)]
+            if culprit:
+                message = f"{culprit[0].split('=')[0]}: no such key: {message}"
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 def app_run(main):
-    """`absl.app.run(main)` with `run_main`'s handling of user errors."""
+    """`absl.app.run(main)` with one-line errors for bad flags and user errors."""
     from absl import app  # pylint: disable=g-import-not-at-top
 
-    app.run(lambda argv: run_main(main, argv))
+    app.run(lambda argv: run_main(main, argv), flags_parser=parse_flags)

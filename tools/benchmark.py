@@ -1,24 +1,44 @@
-r"""Measures the speed of the data path; prints one JSON line last.
+r"""Measures training and data-path speed; prints one JSON line last.
 
+  python tools/benchmark.py --config=configs/electra.py:small   # training steps/s and MFU
+      [--batch_size=32 --seq_len=128 --steps=10 --warmup_steps=2 --config.KEY=VALUE ...]
+      [--real_data=DIR --vocab_file=vocab.txt]                   # real TFRecords instead
   python tools/benchmark.py --mode=input        # masked batches/s from real TFRecords
   python tools/benchmark.py --mode=create_data  # create_pretraining_data vs tokenizer alone
 
-The corpus is the built-in sample corpus, repeated `--corpus_copies` times so that
-start-up costs do not dominate; corpus, vocab and TFRecords are cached in --workdir.
+--mode=train (the default) builds the real `loop.Trainer` (model, optimizer, compiled
+steps, under `config.runtime`'s strategy) and feeds it SYNTHETIC batches of the
+pipeline's exact structure and static shapes (random ids in a --vocab_size vocabulary, so
+the vocabulary projection costs what it costs in real training), or with --real_data the
+real pipeline. After --warmup_steps (tracing, XLA compilation) it times --steps steps in
+loops of --steps_per_loop and reports seq/s, the model FLOPs (electra_tf/model/flops.py),
+the achieved FLOP/s and the MFU against a float32 matmul peak measured in this process.
+
+For --mode=input|create_data the corpus is the built-in sample corpus, repeated
+`--corpus_copies` times so that start-up costs do not dominate; corpus, vocab and
+TFRecords are cached in --workdir.
 """
 
-from electra_tf import cli  # first: quiets TF's start-up logging
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before Keras is imported
+
+from electra_tf import cli  # first: quiets TF's start-up logging  # noqa: E402
 
 import json
-import os
 import platform
 import resource
+import statistics
+import sys
 import time
 
 from absl import flags
+from ml_collections import config_flags
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as text
 
+from electra_tf import errors
 from electra_tf.data import masking
 from electra_tf.data import pipeline
 from electra_tf.data import writer
@@ -26,13 +46,41 @@ from electra_tf.text import corpus
 from electra_tf.text import tokenizer as tokenizer_lib
 from electra_tf.text import vocab as vocab_lib
 
-_MODE = flags.DEFINE_enum("mode", "input", ["input", "create_data"], "What to measure.")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_MODE = flags.DEFINE_enum("mode", "train", ["train", "input", "create_data"],
+                          "What to measure.")
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(ROOT, "configs", "electra.py") + ":small",
+    "Pre-training config and size (train mode), e.g. configs/electra.py:small.",
+    lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/electra_tf_benchmark", "Cache directory.")
-_SEQ_LEN = flags.DEFINE_integer("seq_len", 128, "max_seq_length.")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Batch size (input mode).")
-_STEPS = flags.DEFINE_integer("steps", 300, "Timed batches (input mode).")
+_SEQ_LEN = flags.DEFINE_integer("seq_len", 128, "max_seq_length (overrides the config's).")
+_BATCH_SIZE = flags.DEFINE_integer(
+    "batch_size", None, "Global batch size (overrides the config's); default 32 in train "
+    "mode, 128 in input mode.")
+_STEPS = flags.DEFINE_integer("steps", None, "Timed steps/batches; default 10 in train "
+                              "mode, 300 in input mode.")
+_WARMUP_STEPS = flags.DEFINE_integer("warmup_steps", 2, "Untimed steps first (train mode): "
+                                     "tracing, XLA compilation, allocator warm-up.")
+_STEPS_PER_LOOP = flags.DEFINE_integer(
+    "steps_per_loop", 1, "Steps per `train_loop` call (train mode); one timing per loop.")
+_VOCAB_SIZE = flags.DEFINE_integer(
+    "vocab_size", None, "Train mode: vocabulary of the synthetic batches (default 30522, "
+    "BERT's). Input modes: vocab size to learn (default 8192).")
+_REAL_DATA = flags.DEFINE_string(
+    "real_data", None, "Train mode: feed real TFRecords (a data dir, manifest or glob) "
+    "through electra_tf.data.pipeline instead of synthetic batches; needs --vocab_file.")
+_VOCAB_FILE = flags.DEFINE_string("vocab_file", None, "The vocab.txt of --real_data.")
+_MATMUL_SIZE = flags.DEFINE_integer("matmul_size", 2048, "n of the n×n float32 matmul "
+                                    "that measures the peak FLOP/s.")
+_PROFILE_DIR = flags.DEFINE_string(
+    "profile_dir", None, "Train mode: write a TensorBoard profile of the timed steps here.")
 _CORPUS_COPIES = flags.DEFINE_integer("corpus_copies", 8, "Sample corpus repetitions.")
-_VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 8192, "Vocab size to learn.")
+
+
+def _flag(flag, default):
+    return default if flag.value is None else flag.value
 
 
 def _prepare():
@@ -47,7 +95,7 @@ def _prepare():
     if not os.path.exists(vocab_path):
         sample, _ = vocab_lib.sample_lines(corpus.read_lines([corpus_path],
                                                              corpus.CorpusStats()), 100_000)
-        vocab_lib.write_vocab(vocab_lib.learn_vocab(sample, _VOCAB_SIZE.value), vocab_path)
+        vocab_lib.write_vocab(vocab_lib.learn_vocab(sample, _flag(_VOCAB_SIZE, 8192)), vocab_path)
     return corpus_path, tokenizer_lib.Vocab.load(vocab_path)
 
 
@@ -69,7 +117,7 @@ def bench_input(corpus_path, vocab):
                                       log=lambda _: None)
     files = pipeline.resolve_files(data_dir, _SEQ_LEN.value, vocab)
     config = pipeline.masking_config_for(vocab, _SEQ_LEN.value)
-    batch_size, steps = _BATCH_SIZE.value, _STEPS.value
+    batch_size, steps = _flag(_BATCH_SIZE, 128), _flag(_STEPS, 300)
     pipeline_rate = _rate(pipeline.pretraining_dataset(
         files, batch_size, _SEQ_LEN.value, config), batch_size, steps)
 
@@ -118,17 +166,190 @@ def bench_create_data(corpus_path, vocab):
     }
 
 
+# ---------------------------------------------------------------------------- train mode
+def synthetic_examples(num_examples: int, seq_len: int, num_predictions: int,
+                       vocab_size: int, mask_id: int = 4, seed: int = 0) -> dict:
+    """`num_examples` examples of the pipeline's structure: full-length two-segment
+    sequences of random ids, `num_predictions` distinct masked positions (most of them
+    real, the tail padding as in the pipeline), [MASK] at 85% of them."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, vocab_size, (num_examples, seq_len), dtype=np.int32)
+    ids[:, 0] = 2  # [CLS]
+    ids[:, -1] = 3  # [SEP]
+    segments = np.zeros_like(ids)
+    segments[:, seq_len // 2:] = 1
+    num_real = max(1, min(num_predictions, round(0.15 * seq_len)))
+    positions = np.zeros((num_examples, num_predictions), np.int32)
+    weights = np.zeros((num_examples, num_predictions), np.float32)
+    masked = ids.copy()
+    for row in range(num_examples):
+        chosen = np.sort(rng.choice(np.arange(1, seq_len - 1), num_real, replace=False))
+        positions[row, :num_real] = chosen
+        weights[row, :num_real] = 1.0
+        replace = chosen[rng.random(num_real) < 0.85]
+        masked[row, replace] = mask_id
+    lm_ids = np.take_along_axis(ids, positions, axis=1) * (weights > 0)
+    return {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": segments,
+            "masked_input_ids": masked, "masked_lm_positions": positions,
+            "masked_lm_ids": lm_ids.astype(np.int32), "masked_lm_weights": weights}
+
+
+def _synthetic_dataset(strategy, config, num_predictions, vocab_size):
+    global_batch, seq_len = config.train.batch_size, config.data.max_seq_length
+    examples = synthetic_examples(4 * global_batch, seq_len, num_predictions, vocab_size)
+
+    def make(context):
+        local = context.get_per_replica_batch_size(global_batch)
+        dataset = tf.data.Dataset.from_tensor_slices(examples).repeat()
+        return dataset.batch(local, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    return strategy.distribute_datasets_from_function(make)
+
+
+def matmul_peak_flops(n: int, repeats: int = 5, per_repeat: int = 4) -> float:
+    """The best float32 FLOP/s of an n×n @ n×n `tf.matmul` (2·n³ FLOPs) in this process."""
+    a = tf.random.normal([n, n])
+    b = tf.random.normal([n, n])
+
+    @tf.function
+    def run(a, b):
+        c = a
+        for _ in range(per_repeat):  # a chain: nothing can be skipped or overlapped
+            c = tf.matmul(c, b) * 1e-3
+        return tf.reduce_sum(c)
+
+    run(a, b).numpy()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run(a, b).numpy()
+        best = min(best, time.perf_counter() - start)
+    return per_repeat * 2 * n ** 3 / best
+
+
+def bench_train():
+    from electra_tf.model import flops as flops_lib  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
+
+    config = _CONFIG.value
+    batch_size, steps = _flag(_BATCH_SIZE, 32), _flag(_STEPS, 10)
+    warmup, per_loop = _WARMUP_STEPS.value, _STEPS_PER_LOOP.value
+    if batch_size < 1 or steps < 1 or warmup < 0 or per_loop < 1:
+        raise errors.UserError("--batch_size, --steps and --steps_per_loop must be "
+                               "positive, --warmup_steps not negative")
+    with config.unlocked():
+        config.train.batch_size = batch_size
+        config.data.max_seq_length = _SEQ_LEN.value
+        config.train.steps_per_loop = per_loop
+    seq_len = config.data.max_seq_length
+
+    peak = matmul_peak_flops(_MATMUL_SIZE.value)
+    strategy = distribute.get_strategy(config.runtime)
+    if _REAL_DATA.value:
+        vocab_file = _VOCAB_FILE.value or config.data.vocab_file
+        if not vocab_file:
+            raise errors.UserError("--real_data needs --vocab_file (the data's vocab.txt)")
+        vocab = tokenizer_lib.Vocab.load(vocab_file)
+        vocab_size = vocab.size
+        files = pipeline.resolve_files(_REAL_DATA.value, seq_len, vocab)
+        masking_config = pipeline.masking_config_for(
+            vocab, seq_len, config.data.mask_prob, config.data.mask_token_rate,
+            config.data.random_token_rate)
+        num_predictions = masking_config.max_predictions
+        dataset = loop._dataset(strategy, files, config, masking_config,  # pylint: disable=protected-access
+                                training=True)
+    else:
+        vocab_size = _flag(_VOCAB_SIZE, 30522)
+        num_predictions = masking.max_predictions_per_seq(config.data.mask_prob, seq_len)
+        dataset = _synthetic_dataset(strategy, config, num_predictions, vocab_size)
+
+    trainer = loop.Trainer(config, strategy, vocab_size, num_predictions)
+    iterator = iter(dataset)
+    start = time.perf_counter()
+    if warmup:
+        trainer.train_loop(iterator, tf.constant(warmup))
+        int(trainer.step.numpy())
+    warmup_s = time.perf_counter() - start
+
+    if _PROFILE_DIR.value:
+        tf.profiler.experimental.start(_PROFILE_DIR.value)
+    per_step, total_s, done = [], 0.0, 0
+    while done < steps:
+        n = min(per_loop, steps - done)
+        start = time.perf_counter()
+        trainer.train_loop(iterator, tf.constant(n))
+        int(trainer.step.numpy())  # waits for the loop
+        elapsed = time.perf_counter() - start
+        per_step.append(elapsed / n)
+        total_s += elapsed
+        done += n
+    if _PROFILE_DIR.value:
+        tf.profiler.experimental.stop()
+
+    loss = trainer.train_metrics.result().get("loss")
+    model_flops = flops_lib.for_config(config, vocab_size)
+    seq_per_sec = steps * batch_size / total_s
+    achieved = seq_per_sec * model_flops
+    return {
+        "seq_per_sec": round(seq_per_sec, 3),
+        "tokens_per_sec": round(seq_per_sec * seq_len, 1),
+        "step_time_median_s": round(statistics.median(per_step), 4),
+        "step_times_s": [round(t, 3) for t in per_step],
+        "warmup_s": round(warmup_s, 1),
+        "model_flops_per_seq": model_flops,
+        "achieved_flops": round(achieved),
+        "matmul_peak_flops": round(peak),
+        "mfu": round(achieved / peak, 4),
+        "loss": None if loss is None else round(float(loss), 4),
+        "batch_size": batch_size, "seq_len": seq_len, "size": config.model.size,
+        "steps": steps, "warmup_steps": warmup, "steps_per_loop": per_loop,
+        "num_predictions": num_predictions, "vocab_size": vocab_size,
+        "data": f"real:{_REAL_DATA.value}" if _REAL_DATA.value else "synthetic",
+        "jit_compile": bool(config.train.jit_compile),
+        "mixed_precision": config.train.mixed_precision,
+        "dtype_policy": trainer.policy,
+        "strategy": type(strategy).__name__,
+        "replicas": strategy.num_replicas_in_sync,
+    }
+
+
+def _device():
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            name = next(line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{name}, {cores} CPU cores" + (f", GPUs: {', '.join(gpus)}" if gpus else "")
+
+
+def _versions():
+    import keras  # pylint: disable=g-import-not-at-top
+    import keras_hub  # pylint: disable=g-import-not-at-top
+    return {"tensorflow": tf.__version__, "keras": keras.__version__,
+            "keras_hub": keras_hub.__version__, "tensorflow_text": text.__version__,
+            "python": platform.python_version()}
+
+
 def main(argv):
-    del argv
-    corpus_path, vocab = _prepare()
-    results = (bench_input if _MODE.value == "input" else bench_create_data)(corpus_path, vocab)
+    if len(argv) > 1:
+        raise errors.UserError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if _MODE.value == "train":
+        results = bench_train()
+    else:
+        corpus_path, vocab = _prepare()
+        results = (bench_input if _MODE.value == "input" else bench_create_data)(corpus_path,
+                                                                                 vocab)
     results.update({
         "mode": _MODE.value,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "device": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores",
-        "versions": {"tensorflow": tf.__version__, "tensorflow_text": text.__version__,
-                     "python": platform.python_version()},
+        "device": _device(),
+        "versions": _versions(),
     })
+    sys.stdout.flush()
     print(json.dumps(results))
 
 

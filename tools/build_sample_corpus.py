@@ -4,7 +4,11 @@ No download: the text comes from this Python installation (the `pydoc_data` topi
 the docstrings of the standard library's modules, read with `ast`). The output is in
 the pre-training format: one sentence per line, an empty line between documents.
 
-  python tools/build_sample_corpus.py --output=/tmp/electra/corpus.txt
+  python tools/build_sample_corpus.py --output=/tmp/electra/corpus.txt \
+      [--heldout_output=/tmp/electra/heldout.txt --heldout_every=20]
+
+With `--heldout_output`, every `--heldout_every`-th document goes there instead, for an
+evaluation set the model never trains on.
 """
 
 from electra_tf import cli  # first: quiets TF's start-up logging
@@ -14,14 +18,25 @@ from absl import flags
 from electra_tf.text import corpus
 
 _OUTPUT = flags.DEFINE_string("output", None, "Text file to write.", required=True)
+_HELDOUT_OUTPUT = flags.DEFINE_string(
+    "heldout_output", None, "Optional text file for held-out documents (evaluation).")
+_HELDOUT_EVERY = flags.DEFINE_integer(
+    "heldout_every", 20, "With --heldout_output: every N-th document is held out.",
+    lower_bound=2)
 
 
 def main(argv):
     del argv
-    stdlib = corpus.stdlib_documents()
-    lines = corpus.documents_to_lines(stdlib)
-    documents = corpus.write_corpus(lines, _OUTPUT.value)
-    print(f"wrote {documents:,} documents to {_OUTPUT.value}")
+    documents = list(corpus.stdlib_documents())
+    heldout = []
+    if _HELDOUT_OUTPUT.value:
+        every = _HELDOUT_EVERY.value
+        heldout = documents[every - 1::every]
+        documents = [d for i, d in enumerate(documents) if (i + 1) % every]
+        count = corpus.write_corpus(corpus.documents_to_lines(heldout), _HELDOUT_OUTPUT.value)
+        print(f"wrote {count:,} held-out documents to {_HELDOUT_OUTPUT.value}")
+    count = corpus.write_corpus(corpus.documents_to_lines(documents), _OUTPUT.value)
+    print(f"wrote {count:,} documents to {_OUTPUT.value}")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ def initializer(stddev: float = 0.02) -> keras.initializers.Initializer:
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
+@keras.saving.register_keras_serializable(package="electra_tf")
 class Embeddings(keras.layers.Layer):
     """Token + position + segment embeddings, LayerNorm, dropout: `[B, S]` ids → `[B, S, E]`.
 
@@ -93,6 +94,7 @@ class Embeddings(keras.layers.Layer):
         return config
 
 
+@keras.saving.register_keras_serializable(package="electra_tf")
 class Encoder(keras.layers.Layer):
     """Embeddings (shared, passed in) → projection to H → L transformer blocks.
 

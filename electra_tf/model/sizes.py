@@ -39,9 +39,9 @@ SIZES = {
                          intermediate_size=4096, embedding_size=1024),
 }
 
-# The paper's generator widths (section 3.2, Appendix B): 1/4 for Small, 1/3 for Base and
-# Large. Tiny uses 1/2 so that its generator keeps 32 units.
-GENERATOR_HIDDEN_FRACTION = {"tiny": 0.5, "small": 0.25, "base": 1 / 3, "large": 1 / 3}
+# The paper's generator widths (Table 6): 1/4 for Small and Large, 1/3 for Base (the
+# released Large generator has 256 units). Tiny uses 1/2 so that its generator keeps 32.
+GENERATOR_HIDDEN_FRACTION = {"tiny": 0.5, "small": 0.25, "base": 1 / 3, "large": 0.25}
 
 
 def get_size(name: str) -> EncoderSize:
@@ -62,9 +62,15 @@ def generator_size(discriminator: EncoderSize, hidden_fraction: float,
         raise errors.UserError("config.model.generator_layer_fraction must be in (0, 1]; "
                                f"got {layer_fraction}")
     hidden = max(1, round(discriminator.hidden_size * hidden_fraction))
+    heads = max(1, hidden // 64)
+    if hidden % heads:
+        raise errors.UserError(
+            f"config.model.generator_hidden_fraction: {hidden_fraction} gives a generator of "
+            f"{hidden} hidden units, not a multiple of its {heads} attention heads (one per "
+            "64 units); choose one giving e.g. a multiple of 64")
     return EncoderSize(
         hidden_size=hidden,
         num_layers=max(1, round(discriminator.num_layers * layer_fraction)),
-        num_heads=max(1, hidden // 64),
+        num_heads=heads,
         intermediate_size=4 * hidden,
         embedding_size=discriminator.embedding_size)

@@ -40,7 +40,11 @@ def get_strategy(runtime) -> tf.distribute.Strategy:
         return tf.distribute.MultiWorkerMirroredStrategy()
     split_cpu(runtime.cpu_devices)
     if name == "tpu":
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=runtime.tpu)
+        try:
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=runtime.tpu)
+        except (ValueError, OSError) as e:  # no TPU name / the name does not resolve
+            raise errors.UserError(f"config.runtime.tpu={runtime.tpu!r}: no TPU found "
+                                   f"({' '.join(str(e).split())})") from None
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)

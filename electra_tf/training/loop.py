@@ -143,6 +143,26 @@ class Trainer:
                                    f"global batch ({self.global_batch})")
         return self.eval_metrics.result()
 
+    def loss_and_gradients(self, dist_batch, step):
+        """(loss, gradients) of one distributed global batch at `step`, by the training
+        step's path (global counts, noise rows, forward/backward, all-reduce) without the
+        update: the loss summed over replicas (the global mean) and the all-reduced
+        gradients, dense, in `model.trainable_variables` order. For comparing strategies."""
+        def replica_fn(batch, step):
+            counts = self._global_counts(batch)
+            uniform = self._uniform(self.config.train.seed, step)
+            grads, _, values = self._forward_backward(batch, uniform, counts)
+            grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
+            loss = values["mlm_loss"] + self.config.model.disc_weight * values["rtd_loss"]
+            return loss, [tf.convert_to_tensor(g) for g in grads]
+
+        @tf.function
+        def run(dist_batch, step):
+            loss, grads = self.strategy.run(replica_fn, args=(dist_batch, step))
+            return (self.strategy.reduce(SUM, loss, axis=None),
+                    [self.strategy.experimental_local_results(g)[0] for g in grads])
+        return run(dist_batch, tf.constant(step, tf.int64))
+
 
 def _dataset(strategy, files, config, masking_config, training, step=0):
     def make(context):

@@ -1,0 +1,132 @@
+"""Sampling by inverse CDF, and writing the samples into the masked positions."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf.model import sampling
+
+
+def draw(probs, n, temperature=1.0, seed=0, disallowed=None):
+    """n samples from one distribution, with numpy uniforms; returns (ids, uniforms)."""
+    probs = np.asarray(probs, "float64")
+    uniform = np.random.default_rng(seed).random((1, n)).astype("float32")
+    logits = np.log(probs + 1e-30).astype("float32")
+    logits = np.broadcast_to(logits, (1, n, probs.size))
+    ids = sampling.sample(tf.constant(logits), tf.constant(uniform), temperature,
+                          None if disallowed is None else tf.constant(disallowed))
+    return ids.numpy()[0], uniform[0]
+
+
+def frequencies(ids, vocab):
+    return np.bincount(ids, minlength=vocab) / ids.size
+
+
+def test_matches_a_known_distribution():
+    probs = np.array([0.1, 0.4, 0.05, 0.3, 0.15])
+    ids, _ = draw(probs, 20_000)
+    assert ids.dtype == np.int32
+    np.testing.assert_allclose(frequencies(ids, 5), probs, atol=0.01)
+
+
+def test_inverse_cdf_exactly():
+    probs = np.array([0.1, 0.4, 0.05, 0.3, 0.15])
+    ids, uniform = draw(probs, 2_000, seed=1)
+    expected = np.searchsorted(np.cumsum(probs), uniform, side="right")
+    assert np.mean(ids == expected) > 0.999
+
+
+@pytest.mark.parametrize("temperature", [0.5, 2.0])
+def test_temperature(temperature):
+    probs = np.array([0.1, 0.4, 0.05, 0.3, 0.15])
+    ids, _ = draw(probs, 20_000, temperature=temperature)
+    tempered = probs ** (1 / temperature)
+    tempered /= tempered.sum()
+    freq = frequencies(ids, 5)
+    np.testing.assert_allclose(freq, tempered, atol=0.01)
+    if temperature < 1:
+        assert freq[1] > probs[1] + 0.05 and freq[2] < probs[2]   # sharper
+    else:
+        assert freq[1] < probs[1] - 0.05 and freq[2] > probs[2]   # flatter
+
+
+def test_disallowed_ids_are_never_drawn():
+    rng = np.random.default_rng(2)
+    batch, positions, vocab = 4, 50, 7
+    disallowed = rng.integers(0, vocab, (batch, positions)).astype("int32")
+    logits = np.zeros((batch, positions, vocab), "float32")
+    # Put almost all the mass on the forbidden token.
+    np.put_along_axis(logits, disallowed[..., None], 8.0, axis=-1)
+    uniform = rng.random((batch, positions)).astype("float32")
+    free = sampling.sample(tf.constant(logits), tf.constant(uniform)).numpy()
+    assert np.mean(free == disallowed) > 0.9   # without the exclusion it is drawn
+    ids = sampling.sample(tf.constant(logits), tf.constant(uniform),
+                          disallowed_ids=tf.constant(disallowed)).numpy()
+    assert not np.any(ids == disallowed)
+    assert np.all((ids >= 0) & (ids < vocab))
+
+
+@pytest.mark.parametrize("vocab", [5, 128, 300, 1000])
+def test_ids_in_range_even_at_the_top(vocab):
+    rng = np.random.default_rng(vocab)
+    logits = rng.normal(size=(3, 40, vocab)).astype("float32")
+    uniform = rng.random((3, 40)).astype("float32")
+    uniform[0, :4] = [0.0, 0.9999999, np.nextafter(np.float32(1), np.float32(0)), 0.5]
+    ids = sampling.sample(tf.constant(logits), tf.constant(uniform)).numpy()
+    assert ids.shape == (3, 40)
+    assert np.all((ids >= 0) & (ids < vocab))
+
+
+def test_vocab_not_a_multiple_of_128():
+    vocab = 300  # three blocks, the last one partial
+    probs = np.zeros(vocab)
+    probs[[3, 130, 255, 256, 299]] = [0.2, 0.1, 0.3, 0.15, 0.25]
+    ids, _ = draw(probs, 20_000, seed=3)
+    freq = frequencies(ids, vocab)
+    np.testing.assert_allclose(freq, probs, atol=0.01)
+    assert set(np.unique(ids)) <= {3, 130, 255, 256, 299}
+
+
+def test_matches_numpy_inverse_cdf_on_random_logits():
+    rng = np.random.default_rng(4)
+    vocab = 300
+    logits = rng.normal(scale=2.0, size=(2, 500, vocab)).astype("float32")
+    uniform = rng.random((2, 500)).astype("float32")
+    ids = sampling.sample(tf.constant(logits), tf.constant(uniform)).numpy()
+    probs = np.exp(logits.astype("float64"))
+    probs /= probs.sum(-1, keepdims=True)
+    cdf = np.cumsum(probs, -1)
+    expected = (cdf <= uniform[..., None]).sum(-1)
+    assert np.mean(ids == expected) > 0.995
+
+
+def test_deterministic_for_the_same_uniform():
+    rng = np.random.default_rng(5)
+    logits = tf.constant(rng.normal(size=(2, 16, 200)).astype("float32"))
+    uniform = tf.constant(rng.random((2, 16)).astype("float32"))
+    first = sampling.sample(logits, uniform).numpy()
+    for _ in range(3):
+        np.testing.assert_array_equal(sampling.sample(logits, uniform).numpy(), first)
+    other = sampling.sample(logits, tf.constant(rng.random((2, 16)).astype("float32")))
+    assert not np.array_equal(other.numpy(), first)
+
+
+def test_works_inside_tf_function():
+    fn = tf.function(sampling.sample)
+    logits = tf.math.log(tf.constant([[[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]]]) + 1e-9)
+    assert fn(logits, tf.constant([[0.3, 0.9]])).numpy().tolist() == [[1, 2]]
+
+
+def test_replace_masked_writes_only_weighted_positions():
+    masked = np.array([[2, 4, 11, 4, 3, 0, 0],
+                       [2, 12, 4, 13, 3, 0, 0]], "int32")
+    positions = np.array([[1, 3, 0], [2, 0, 0]], "int32")
+    weights = np.array([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]], "float32")
+    sampled = np.array([[20, 21, 22], [23, 24, 25]], "int32")
+    out = sampling.replace_masked(tf.constant(masked), tf.constant(positions),
+                                  tf.constant(weights), tf.constant(sampled)).numpy()
+    expected = masked.copy()
+    expected[0, 1], expected[0, 3], expected[1, 2] = 20, 21, 23
+    np.testing.assert_array_equal(out, expected)
+    assert out[0, 0] == 2 and out[1, 0] == 2   # padding predictions leave position 0 alone
+

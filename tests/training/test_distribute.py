@@ -1,0 +1,342 @@
+"""Distribution: one device = mirrored (same loss and gradients), two local workers under
+MultiWorkerMirroredStrategy, and the TPU path as far as a CPU can check it.
+
+Logical CPU devices must be configured before TensorFlow initialises, so each strategy that
+needs them runs in a fresh Python process; their results come back as files.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests import helpers
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SEQ = 32
+RTOL = 1e-5  # one device vs mirrored: see the first test
+
+# One fixed global batch through `Trainer.loss_and_gradients` under one strategy.
+# argv: strategy, cpu_devices, out.npz, out.json.
+_STRATEGY_SCRIPT = r'''
+import importlib.util, json, os, sys
+import numpy as np
+import tensorflow as tf
+from electra_tf import errors
+from electra_tf.training import distribute, loop
+
+strategy_name, cpu_devices, out_npz, out_json = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+spec = importlib.util.spec_from_file_location(
+    "electra_config", os.path.join(os.getcwd(), "configs", "electra.py"))
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+config = module.get_config("tiny")
+VOCAB, SEQ, P, BATCH, STEP = 40, 32, 5, 4, 3
+config.data.max_seq_length = SEQ
+config.model.dropout = 0.0
+config.train.batch_size = BATCH
+config.train.mixed_precision = "float32"
+config.train.seed = 7
+config.runtime.strategy = strategy_name
+config.runtime.cpu_devices = cpu_devices
+strategy = distribute.get_strategy(config.runtime)
+
+# The pipeline's structure; rows of different lengths, some with padded prediction slots.
+rng = np.random.default_rng(0)
+ids = np.zeros((BATCH, SEQ), np.int32)
+mask, segments, masked = np.zeros_like(ids), np.zeros_like(ids), np.zeros_like(ids)
+positions, labels = np.zeros((BATCH, P), np.int32), np.zeros((BATCH, P), np.int32)
+weights = np.zeros((BATCH, P), np.float32)
+for row in range(BATCH):
+    length = SEQ - 6 * row
+    ids[row, :length] = rng.integers(5, VOCAB, length)
+    mask[row, :length] = 1
+    segments[row, length // 2:length] = 1
+    n = P - row % 2
+    chosen = np.sort(rng.choice(np.arange(1, length), n, replace=False))
+    positions[row, :n], labels[row, :n], weights[row, :n] = chosen, ids[row, chosen], 1.0
+    masked[row] = ids[row]
+    masked[row, chosen] = 4
+batch = {"input_ids": ids, "input_mask": mask, "segment_ids": segments,
+         "masked_input_ids": masked, "masked_lm_positions": positions,
+         "masked_lm_ids": labels, "masked_lm_weights": weights}
+
+trainer = loop.Trainer(config, strategy, VOCAB, P)
+replicas = strategy.num_replicas_in_sync
+local = BATCH // replicas
+
+def distributed(order):
+    """Replica r gets the rows of block order[r] (in order: block r)."""
+    def value_fn(context):
+        block = order[context.replica_id_in_sync_group]
+        return {k: tf.constant(v[block * local:(block + 1) * local]) for k, v in batch.items()}
+    return strategy.experimental_distribute_values_from_function(value_fn)
+
+loss, grads = trainer.loss_and_gradients(distributed(list(range(replicas))), STEP)
+swapped_loss, _ = trainer.loss_and_gradients(distributed(list(range(replicas))[::-1]), STEP)
+other_step_loss, _ = trainer.loss_and_gradients(distributed(list(range(replicas))), STEP + 1)
+np.savez(out_npz, loss=np.asarray(loss),
+         **{f"grad_{i:03d}": np.asarray(g) for i, g in enumerate(grads)})
+
+config.train.batch_size = BATCH - 1
+try:
+    loop.Trainer(config, strategy, VOCAB, P)
+    odd_batch_error = None
+except errors.UserError as e:
+    odd_batch_error = str(e)
+with open(out_json, "w") as f:
+    json.dump({"replicas": replicas, "devices": list(strategy.extended.worker_devices),
+               "strategy": type(strategy).__name__,
+               "names": [v.path for v in trainer.model.trainable_variables],
+               "swapped_loss": float(swapped_loss), "other_step_loss": float(other_step_loss),
+               "odd_batch_error": odd_batch_error}, f)
+'''
+
+
+def _env(**extra):
+    env = dict(os.environ)
+    env.pop("TF_CONFIG", None)
+    env.update(KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p]))
+    env.update(extra)
+    return env
+
+
+def _tail(path, lines=30):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return "".join(f.readlines()[-lines:])
+
+
+def _wait_all(procs, logs, timeout):
+    """Waits for every process; on timeout kills them all and fails with their logs."""
+    deadline = time.time() + timeout
+    try:
+        for proc in procs:
+            proc.wait(timeout=max(deadline - time.time(), 1))
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
+        pytest.fail(f"not done within {timeout} s:\n" +
+                    "\n".join(f"--- {log}\n{_tail(log)}" for log in logs))
+    for proc, log in zip(procs, logs):
+        assert proc.returncode == 0, f"exit {proc.returncode}:\n{_tail(log, 60)}"
+
+
+# ---------------------------------------------------------------- one device vs mirrored
+@pytest.fixture(scope="module")
+def strategy_runs(tmp_path_factory):
+    """{strategy: (arrays, info)} for one_device and mirrored over 2 logical CPUs, run
+    side by side in two fresh processes."""
+    directory = tmp_path_factory.mktemp("strategies")
+    script = directory / "run_strategy.py"
+    script.write_text(_STRATEGY_SCRIPT)
+    runs = {"one_device": 0, "mirrored": 2}
+    procs, logs = [], []
+    for name, cpu_devices in runs.items():
+        log = str(directory / f"{name}.log")
+        with open(log, "w") as out:
+            procs.append(subprocess.Popen(
+                [sys.executable, str(script), name, str(cpu_devices),
+                 str(directory / f"{name}.npz"), str(directory / f"{name}.json")],
+                cwd=REPO, env=_env(), stdout=out, stderr=subprocess.STDOUT))
+        logs.append(log)
+    _wait_all(procs, logs, timeout=600)
+    results = {}
+    for name in runs:
+        with np.load(directory / f"{name}.npz") as data:
+            arrays = {k: data[k] for k in data.files}
+        with open(directory / f"{name}.json", encoding="utf-8") as f:
+            results[name] = arrays, json.load(f)
+    return results
+
+
+def test_mirrored_over_two_cpus_gives_the_one_device_loss_and_gradients(strategy_runs):
+    one, one_info = strategy_runs["one_device"]
+    mirrored, mirrored_info = strategy_runs["mirrored"]
+    assert (one_info["replicas"], mirrored_info["replicas"]) == (1, 2)
+    assert mirrored_info["strategy"] == "MirroredStrategy"
+    assert len(set(mirrored_info["devices"])) == 2
+    assert one_info["names"] == mirrored_info["names"]
+    # Float32, but summed in another order (each replica sums its half of the batch and
+    # the all-reduce adds the halves; XLA also tiles batch 2 and batch 4 differently):
+    # agreement to rounding, ~4e-7 of each tensor's scale as measured, hence 1e-5.
+    np.testing.assert_allclose(mirrored["loss"], one["loss"], rtol=RTOL)
+    grads = sorted(k for k in one if k.startswith("grad_"))
+    assert len(grads) == len(one_info["names"]) == len(
+        [k for k in mirrored if k.startswith("grad_")])
+    for key, name in zip(grads, one_info["names"]):
+        scale = np.abs(one[key]).max()
+        assert scale > 0, f"{name}: zero gradient, the comparison would prove nothing"
+        np.testing.assert_allclose(mirrored[key], one[key], rtol=RTOL, atol=RTOL * scale,
+                                   err_msg=name)
+
+
+def test_the_comparison_sees_the_noise_rows_and_the_step(strategy_runs):
+    """The agreement above is not luck: the sampling noise follows the example row and
+    the step, so giving the replicas their rows in the wrong order, or another step,
+    changes the loss by more than the tolerance (at initialisation the loss hardly depends
+    on the samples: ~1e-4 relative, against ~1e-7 of rounding)."""
+    one, one_info = strategy_runs["one_device"]
+    _, mirrored_info = strategy_runs["mirrored"]
+    loss = float(one["loss"])
+    assert abs(mirrored_info["swapped_loss"] - loss) > 3 * RTOL * abs(loss)
+    assert abs(one_info["other_step_loss"] - loss) > 3 * RTOL * abs(loss)
+
+
+def test_a_batch_not_divisible_by_the_replicas_is_a_user_error(strategy_runs):
+    _, mirrored_info = strategy_runs["mirrored"]
+    _, one_info = strategy_runs["one_device"]
+    assert one_info["odd_batch_error"] is None
+    assert mirrored_info["odd_batch_error"] == (
+        "config.train.batch_size=3 is not divisible by the 2 replicas of this "
+        "MirroredStrategy")
+
+
+# ---------------------------------------------------------------- two local workers
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_local_workers_train_and_the_chief_checkpoints(tmp_path):
+    vocab = helpers.write_vocab(str(tmp_path))  # tmp_path/vocab.txt
+    data = helpers.make_data(str(tmp_path), vocab, max_seq_length=SEQ)
+    workdir = str(tmp_path / "workdir")
+    workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    command = [
+        sys.executable, "-m", "electra_tf.train", "--config=configs/electra.py:tiny",
+        f"--workdir={workdir}", "--config.runtime.strategy=multi_worker",
+        f"--config.data.train_files={data}", f"--config.data.eval_files={data}",
+        f"--config.data.vocab_file={tmp_path / 'vocab.txt'}",
+        f"--config.data.max_seq_length={SEQ}", "--config.train.batch_size=8",
+        "--config.train.steps=4", "--config.train.steps_per_loop=2",
+        "--config.train.log_every=2", "--config.train.checkpoint_every=4",
+        "--config.train.eval_every=4", "--config.train.eval_steps=1"]
+    procs, logs = [], []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        log = str(tmp_path / f"worker_{index}.log")
+        with open(log, "w") as out:
+            procs.append(subprocess.Popen(command, cwd=REPO, stdout=out,
+                                          stderr=subprocess.STDOUT,
+                                          env=_env(TF_CONFIG=json.dumps(tf_config))))
+        logs.append(log)
+    # ~3 min measured with both workers XLA-compiling on 2 shared cores; generous.
+    _wait_all(procs, logs, timeout=480)
+
+    checkpoints = os.path.join(workdir, "checkpoints")
+    assert os.path.exists(os.path.join(checkpoints, "ckpt-4.index"))
+    with open(os.path.join(checkpoints, "checkpoint"), encoding="utf-8") as f:
+        assert 'model_checkpoint_path: "ckpt-4"' in f.read()
+    assert not os.path.exists(os.path.join(workdir, "tmp"))  # the non-chief's saves
+    assert os.path.exists(os.path.join(workdir, "config.json"))
+    for log in logs:
+        text = _tail(log, 200)
+        assert "MultiWorkerMirroredStrategy" in text
+        assert "final metrics: loss=" in text
+    assert "Saved " in _tail(logs[0], 200) and "Saved " not in _tail(logs[1], 200)
+
+
+# ---------------------------------------------------------------- the TPU path on a CPU
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    directory = str(tmp_path_factory.mktemp("tpu_path"))
+    vocab = helpers.write_vocab(directory)
+    return vocab, helpers.make_data(directory, vocab, max_seq_length=SEQ)
+
+
+def test_every_batch_tensor_has_a_static_shape(data):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from electra_tf.data import pipeline  # pylint: disable=g-import-not-at-top
+    vocab, directory = data
+    files = pipeline.resolve_files(directory, SEQ, vocab)
+    masking_config = pipeline.masking_config_for(vocab, SEQ)
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
+                                         num_replicas_in_sync=2)
+    for kwargs, batch_size in (({"is_training": True, "seed": 0}, 8),
+                               ({"is_training": False}, 8),
+                               ({"is_training": True, "input_context": context}, 4)):
+        dataset = pipeline.pretraining_dataset(files, 8, SEQ, masking_config, **kwargs)
+        spec = dataset.element_spec
+        assert set(spec) == {"input_ids", "input_mask", "segment_ids", "masked_input_ids",
+                             "masked_lm_positions", "masked_lm_ids", "masked_lm_weights"}
+        for name, tensor_spec in spec.items():
+            assert tensor_spec.shape.is_fully_defined(), (kwargs, name, tensor_spec)
+            width = SEQ if name in ("input_ids", "input_mask", "segment_ids",
+                                    "masked_input_ids") else masking_config.max_predictions
+            assert tensor_spec.shape.as_list() == [batch_size, width], (kwargs, name)
+
+
+def test_the_whole_step_compiles_with_xla_on_one_device(data):
+    """What TPUStrategy does with the step: XLA over forward, backward, all-reduce,
+    optimizer and metrics, with static shapes (no bounded-dynamic dimension in the HLO)."""
+    import importlib.util  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from electra_tf.data import pipeline  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
+    spec = importlib.util.spec_from_file_location(
+        "electra_config", os.path.join(REPO, "configs", "electra.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config("tiny")
+    config.data.max_seq_length = SEQ
+    config.train.batch_size = 8
+    config.train.jit_compile = True
+    config.runtime.strategy = "one_device"
+    vocab, directory = data
+    masking_config = pipeline.masking_config_for(vocab, SEQ)
+    dataset = pipeline.pretraining_dataset(pipeline.resolve_files(directory, SEQ, vocab), 8,
+                                           SEQ, masking_config, seed=0)
+    strategy = distribute.get_strategy(config.runtime)
+    trainer = loop.Trainer(config, strategy, vocab.size, masking_config.max_predictions)
+
+    step = tf.function(lambda batch, index: strategy.run(trainer._replica_step,  # pylint: disable=protected-access
+                                                         args=(batch, index)),
+                       jit_compile=True)
+    batch = next(iter(dataset))
+    index = tf.constant(0, tf.int64)
+    step(batch, index)
+    values = trainer.train_metrics.result()
+    assert np.isfinite(values["loss"]) and values["loss"] > 0
+    assert np.isfinite(values["grad_norm"]) and values["grad_norm"] > 0
+    # The warm-up's learning rate is 0 at the first update: the second one moves weights.
+    before = [v.numpy().copy() for v in trainer.model.trainable_variables]
+    step(batch, tf.constant(1, tf.int64))
+    assert int(trainer.optimizer.iterations.numpy()) == 2
+    assert any(not np.array_equal(b, v.numpy())
+               for b, v in zip(before, trainer.model.trainable_variables))
+    hlo = step.experimental_get_compiler_ir(batch, index)(stage="hlo")
+    assert "<=" not in hlo  # e.g. f32[<=8,32]: a dynamic dimension TPUs cannot take
+
+
+def test_tpu_strategy_without_a_tpu_fails_fast_and_says_so(tmp_path):
+    """`config.runtime.strategy=tpu` on a machine without a TPU (and no TPU name): an
+    error naming the TPU within seconds, not a hang (the strategy is made first, before
+    any data is read, so no data is needed)."""
+    log = str(tmp_path / "tpu.log")
+    command = [sys.executable, "-m", "electra_tf.train", "--config=configs/electra.py:tiny",
+               f"--workdir={tmp_path / 'workdir'}", "--config.runtime.strategy=tpu"]
+    env = _env()
+    for name in ("TPU_NAME", "TPU_WORKER_HOSTNAMES", "TPU_ACCELERATOR_TYPE"):
+        env.pop(name, None)
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                                stderr=out)
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"strategy=tpu without a TPU hangs:\n{_tail(log)}")
+    assert proc.returncode != 0
+    assert "TPU" in _tail(log, 20), _tail(log)

@@ -1,0 +1,97 @@
+"""The pre-training metrics on hand-made tensors."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf.training import metrics
+
+
+def make_step():
+    batch = {"masked_lm_weights": tf.constant([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]]),
+             "masked_lm_ids": tf.constant([[5, 6, 7], [8, 9, 9]]),
+             "input_mask": tf.constant([[1, 1, 1, 1], [1, 1, 0, 0]])}
+    outputs = {
+        # Correct at (0, 0) and (1, 0); wrong at (0, 1); (0, 2) is right but has weight 0.
+        "mlm_predictions": tf.constant([[5, 0, 7], [8, 0, 0]], tf.int32),
+        # Only (0, 1) is right.
+        "sampled_ids": tf.constant([[0, 6, 7], [0, 9, 9]], tf.int32),
+        "is_replaced": tf.constant([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0]]),
+        # Predicted replaced (> 0.5): [[1, 0, 0, 1], [0, 1, 1, 0]].
+        "disc_logits": tf.constant([[3.0, -3.0, -3.0, 3.0], [-3.0, 3.0, 3.0, -3.0]]),
+    }
+    values = {"mlm_token_losses": tf.constant([[1.0, 2.0, 100.0], [3.0, 100.0, 100.0]]),
+              "rtd_token_losses": tf.constant([[1.0, 1.0, 1.0, 1.0],
+                                               [2.0, 2.0, 100.0, 100.0]])}
+    return batch, outputs, values
+
+
+def test_one_update():
+    m = metrics.PretrainingMetrics(disc_weight=50.0)
+    m.update(*make_step())
+    out = m.result()
+    assert list(out) == [n for n in metrics.NAMES if n != "grad_norm"]  # no grad_norm: eval
+    assert out["mlm_loss"] == pytest.approx(2.0)              # (1 + 2 + 3) / 3
+    assert out["rtd_loss"] == pytest.approx(8 / 6)            # (4 + 4) / 6 real tokens
+    assert out["loss"] == pytest.approx(2.0 + 50.0 * 8 / 6)
+    assert out["masked_lm_accuracy"] == pytest.approx(2 / 3)
+    assert out["sampled_masked_lm_accuracy"] == pytest.approx(1 / 3)
+    # Real tokens: row 0 all four, row 1 the first two.
+    # truth     [1 0 1 0 | 0 1], predicted [1 0 0 1 | 0 1]: 4 of 6 right, TP 2, FP 1, FN 1.
+    assert out["disc_accuracy"] == pytest.approx(4 / 6)
+    assert out["disc_precision"] == pytest.approx(2 / 3)
+    assert out["disc_recall"] == pytest.approx(2 / 3)
+    assert out["replaced_fraction"] == pytest.approx(3 / 6)
+    assert 0.0 <= out["disc_auc"] <= 1.0
+
+
+def test_accumulates_token_weighted_and_resets():
+    m = metrics.PretrainingMetrics(disc_weight=1.0)
+    batch, outputs, values = make_step()
+    m.update(batch, outputs, values, grad_norm=tf.constant(2.0))
+    # A second step with a single masked position (loss 8) and one real replaced token.
+    batch2 = {"masked_lm_weights": tf.constant([[1.0, 0.0, 0.0]]),
+              "masked_lm_ids": tf.constant([[5, 0, 0]]),
+              "input_mask": tf.constant([[1, 0, 0, 0]])}
+    outputs2 = {"mlm_predictions": tf.constant([[5, 0, 0]], tf.int32),
+                "sampled_ids": tf.constant([[5, 0, 0]], tf.int32),
+                "is_replaced": tf.constant([[1.0, 0.0, 0.0, 0.0]]),
+                "disc_logits": tf.constant([[3.0, 0.0, 0.0, 0.0]])}
+    values2 = {"mlm_token_losses": tf.constant([[8.0, 0.0, 0.0]]),
+               "rtd_token_losses": tf.constant([[6.0, 0.0, 0.0, 0.0]])}
+    m.update(batch2, outputs2, values2, grad_norm=tf.constant(4.0))
+    out = m.result()
+    assert out["mlm_loss"] == pytest.approx((6 + 8) / 4)
+    assert out["rtd_loss"] == pytest.approx((8 + 6) / 7)
+    assert out["loss"] == pytest.approx(14 / 4 + 14 / 7)
+    assert out["masked_lm_accuracy"] == pytest.approx(3 / 4)
+    assert out["sampled_masked_lm_accuracy"] == pytest.approx(2 / 4)
+    assert out["disc_accuracy"] == pytest.approx(5 / 7)
+    assert out["disc_precision"] == pytest.approx(3 / 4)
+    assert out["disc_recall"] == pytest.approx(3 / 4)
+    assert out["replaced_fraction"] == pytest.approx(4 / 7)
+    assert out["grad_norm"] == pytest.approx(3.0)
+    assert list(out) == list(metrics.NAMES)
+    m.reset()
+    m.update(*make_step())
+    again = m.result()
+    assert again["mlm_loss"] == pytest.approx(2.0)
+    assert "grad_norm" not in again
+
+
+def test_auc_of_a_perfect_and_an_inverted_discriminator():
+    batch, outputs, values = make_step()
+    truth = outputs["is_replaced"]
+    for sign, expected in ((1.0, 1.0), (-1.0, 0.0)):
+        m = metrics.PretrainingMetrics(disc_weight=50.0)
+        logits = sign * (truth * 8.0 - 4.0)
+        m.update(batch, dict(outputs, disc_logits=logits), values)
+        out = m.result()
+        assert out["disc_auc"] == pytest.approx(expected, abs=0.01)
+        assert out["disc_accuracy"] == pytest.approx(expected)
+
+
+def test_works_in_a_tf_function():
+    m = metrics.PretrainingMetrics(disc_weight=50.0)
+    tf.function(m.update)(*make_step())
+    assert m.result()["masked_lm_accuracy"] == pytest.approx(2 / 3)
