@@ -36,7 +36,8 @@ def test_train_benchmark_prints_one_json_line_last():
     result = subprocess.run(
         [sys.executable, os.path.join(ROOT, "tools", "benchmark.py"),
          "--config=configs/electra.py:tiny", "--batch_size=4", "--seq_len=32", "--steps=2",
-         "--warmup_steps=1", "--matmul_size=256"],
+         "--warmup_steps=1", "--matmul_size=256",
+         "--config.train.jit_compile=false"],
         capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(result.stdout.strip().splitlines()[-1])
@@ -47,6 +48,7 @@ def test_train_benchmark_prints_one_json_line_last():
         assert key in results, key
     assert results["size"] == "tiny" and results["batch_size"] == 4
     assert results["seq_len"] == 32 and results["steps"] == 2
+    assert results["jit_compile"] is False  # --config.KEY=VALUE overrides reach the Trainer
     assert results["num_predictions"] == 4  # int(0.155 * 32)
     assert results["seq_per_sec"] > 0 and 0 < results["mfu"]
     assert results["model_flops_per_seq"] > 0 and results["peak_rss_mib"] > 0
