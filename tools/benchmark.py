@@ -252,12 +252,10 @@ def bench_train():
         vocab = tokenizer_lib.Vocab.load(vocab_file)
         vocab_size = vocab.size
         files = pipeline.resolve_files(_REAL_DATA.value, seq_len, vocab)
-        masking_config = pipeline.masking_config_for(
-            vocab, seq_len, config.data.mask_prob, config.data.mask_token_rate,
-            config.data.random_token_rate)
+        masking_config = loop.masking_config(config, vocab)
         num_predictions = masking_config.max_predictions
-        dataset = loop._dataset(strategy, files, config, masking_config,  # pylint: disable=protected-access
-                                training=True)
+        dataset = loop.distributed_dataset(strategy, files, config, masking_config,
+                                           training=True)
     else:
         vocab_size = _flag(_VOCAB_SIZE, 30522)
         num_predictions = masking.max_predictions_per_seq(config.data.mask_prob, seq_len)

@@ -22,7 +22,9 @@ from absl import logging
 
 from electra_tf import errors
 from electra_tf import progress
+from electra_tf.data import masking as masking_lib
 from electra_tf.data import pipeline
+from electra_tf.data import writer
 from electra_tf.model import losses
 from electra_tf.model import pretrainer
 from electra_tf.text import tokenizer
@@ -104,12 +106,16 @@ class Trainer:
         return self._outputs_and_loss(batch, uniform, counts, False)[1:]
 
     # ------------------------------------------------------------------ steps
-    def _replica_step(self, batch, step):
+    def _summed_gradients(self, batch, step):
+        """(gradients summed over replicas, outputs, loss values) of this replica's rows."""
         counts = self._global_counts(batch)
         uniform = self._uniform(self.config.train.seed, step)
         grads, outputs, values = self._forward_backward(batch, uniform, counts)
         # Sum over replicas here (not in Keras) so that clipping sees the global gradient.
-        grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
+        return tf.distribute.get_replica_context().all_reduce(SUM, grads), outputs, values
+
+    def _replica_step(self, batch, step):
+        grads, outputs, values = self._summed_gradients(batch, step)
         grad_norm = tf.linalg.global_norm(grads)
         if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
             grad_norm /= tf.cast(self.optimizer.dynamic_scale, grad_norm.dtype)
@@ -149,10 +155,7 @@ class Trainer:
         update: the loss summed over replicas (the global mean) and the all-reduced
         gradients, dense, in `model.trainable_variables` order. For comparing strategies."""
         def replica_fn(batch, step):
-            counts = self._global_counts(batch)
-            uniform = self._uniform(self.config.train.seed, step)
-            grads, _, values = self._forward_backward(batch, uniform, counts)
-            grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
+            grads, _, values = self._summed_gradients(batch, step)
             loss = values["mlm_loss"] + self.config.model.disc_weight * values["rtd_loss"]
             return loss, [tf.convert_to_tensor(g) for g in grads]
 
@@ -164,12 +167,20 @@ class Trainer:
         return run(dist_batch, tf.constant(step, tf.int64))
 
 
-def _dataset(strategy, files, config, masking_config, training, step=0):
+def masking_config(config, vocab) -> masking_lib.MaskingConfig:
+    """The masking of `config.data` for `vocab`."""
+    return pipeline.masking_config_for(
+        vocab, config.data.max_seq_length, config.data.mask_prob,
+        config.data.mask_token_rate, config.data.random_token_rate)
+
+
+def distributed_dataset(strategy, files, config, masking, training, step=0):
+    """Masked batches of `files` for `strategy`, skipping the batches `step` steps read."""
     def make(context):
         # Each step takes one batch per replica this pipeline feeds.
         per_step = context.num_replicas_in_sync // context.num_input_pipelines
         return pipeline.pretraining_dataset(
-            files, config.train.batch_size, config.data.max_seq_length, masking_config,
+            files, config.train.batch_size, config.data.max_seq_length, masking,
             is_training=training, input_context=context, seed=config.train.seed,
             shuffle_buffer=config.data.shuffle_buffer, skip_batches=step * per_step)
     return strategy.distribute_datasets_from_function(make)
@@ -200,14 +211,12 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     vocab = tokenizer.Vocab.load(config.data.vocab_file)
     train_files = _files(config, "train_files", vocab)
     eval_files = _files(config, "eval_files", vocab) if config.data.eval_files else None
-    masking_config = pipeline.masking_config_for(
-        vocab, config.data.max_seq_length, config.data.mask_prob,
-        config.data.mask_token_rate, config.data.random_token_rate)
-    eval_data = (_dataset(strategy, eval_files, config, masking_config, training=False)
+    masking = masking_config(config, vocab)
+    eval_data = (distributed_dataset(strategy, eval_files, config, masking, training=False)
                  if eval_files else None)
 
     # ------------------------------------------------------------ model, optimizer
-    trainer = Trainer(config, strategy, vocab.size, masking_config.max_predictions)
+    trainer = Trainer(config, strategy, vocab.size, masking.max_predictions)
 
     # ------------------------------------------------------------ checkpoint (resume)
     # Order: variables exist (model and optimizer built) → restore → the data stream,
@@ -230,13 +239,13 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     else:
         logging.info("No checkpoint in %s: starting from step 0", checkpoint_dir)
     step = int(trainer.step.numpy())
-    iterator = iter(_dataset(strategy, train_files, config, masking_config, training=True,
-                             step=step))
+    iterator = iter(distributed_dataset(strategy, train_files, config, masking,
+                                        training=True, step=step))
 
     # ------------------------------------------------------------ outputs
     if chief:
         tf.io.gfile.makedirs(workdir)
-        _write_text(os.path.join(workdir, "config.json"), config.to_json_best_effort(indent=2))
+        writer.write_json_atomic(config.to_dict(), os.path.join(workdir, "config.json"))
         shutil.copyfile(config.data.vocab_file, os.path.join(workdir, "vocab.txt"))
         train_writer = tf.summary.create_file_writer(os.path.join(workdir, "logs", "train"))
         eval_writer = tf.summary.create_file_writer(os.path.join(workdir, "logs", "eval"))
@@ -305,9 +314,3 @@ def _check_finite(values, first_step, last_step):
                 f"{name} is {value} between steps {first_step} and {last_step}; the last "
                 "good checkpoint is the latest one in the workdir")
 
-
-def _write_text(path, text):
-    tmp = path + ".tmp"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
