@@ -52,5 +52,9 @@ def test_train_benchmark_prints_one_json_line_last():
     assert results["num_predictions"] == 4  # int(0.155 * 32)
     assert results["seq_per_sec"] > 0 and 0 < results["mfu"]
     assert results["model_flops_per_seq"] > 0 and results["peak_rss_mib"] > 0
+    # The MFU is against the best of the libraries' measured peaks.
+    peaks = results["matmul_peak_flops_by_library"]
+    assert set(peaks) == {"tensorflow", "xla", "numpy_blas"}
+    assert results["matmul_peak_flops"] == max(peaks.values())
     assert set(results["versions"]) >= {"tensorflow", "keras", "keras_hub",
                                          "tensorflow_text", "python"}

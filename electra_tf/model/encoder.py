@@ -3,7 +3,8 @@
 As in the original (and BERT): token + position + segment embeddings of width E, summed,
 LayerNorm (epsilon 1e-12), dropout; a dense projection to the hidden width H when E != H;
 then post-LayerNorm `keras_hub.layers.TransformerEncoder` blocks with exact (erf) gelu and
-truncated-normal(0.02) initialisation. No pooler: ELECTRA has none.
+truncated-normal(0.02) initialisation. No pooler: ELECTRA has none. Every dropout is a
+`dropout.HashDropout` (same semantics as Keras', a cheaper mask: see that module).
 
 The generator and the discriminator are two `Encoder`s over ONE `Embeddings` object.
 
@@ -19,6 +20,8 @@ TensorShape([1, 4, 16])
 
 import keras
 import keras_hub
+
+from electra_tf.model import dropout as dropout_lib
 
 
 def initializer(stddev: float = 0.02) -> keras.initializers.Initializer:
@@ -62,8 +65,8 @@ class Embeddings(keras.layers.Layer):
             dtype=self.dtype_policy, name="segment_embedding")
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm")
-        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy,
-                                                  name="dropout")
+        self.dropout_layer = dropout_lib.HashDropout(dropout, dtype=self.dtype_policy,
+                                                     name="dropout")
 
     def build(self, input_shape):
         # input_shape: [B, S] token ids.
@@ -140,6 +143,7 @@ class Encoder(keras.layers.Layer):
             self.projection.build(ids_shape + (self.embeddings.embedding_size,))
         for block in self.blocks:
             block.build(ids_shape + (self.hidden_size,))
+            dropout_lib.use_hash_dropout(block)  # Philox masks: ~15% of a CPU step
         self.built = True
 
     # === Forward ===
