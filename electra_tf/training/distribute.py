@@ -10,6 +10,8 @@
 
 import json
 import os
+import socket
+import urllib.parse
 
 import tensorflow as tf
 from absl import logging
@@ -45,6 +47,7 @@ def get_strategy(runtime) -> tf.distribute.Strategy:
         except (ValueError, OSError) as e:  # no TPU name / the name does not resolve
             raise errors.UserError(f"config.runtime.tpu={runtime.tpu!r}: no TPU found "
                                    f"({' '.join(str(e).split())})") from None
+        _check_reachable(resolver.master(), runtime.tpu)
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)
@@ -53,6 +56,21 @@ def get_strategy(runtime) -> tf.distribute.Strategy:
         devices = gpus or tf.config.list_logical_devices("CPU")
         return tf.distribute.MirroredStrategy([d.name for d in devices])
     return tf.distribute.OneDeviceStrategy((gpus or tf.config.list_logical_devices("CPU"))[0].name)
+
+
+def _check_reachable(master: str, name: str, timeout_s: float = 30.0) -> None:
+    """A remote TPU's grpc:// address must accept a connection: TF's own connect waits
+    forever on one that does not. Local TPUs (TPU VMs: no address) are not checked."""
+    address = urllib.parse.urlparse(master)
+    if address.scheme != "grpc" or not address.hostname:
+        return
+    try:
+        socket.create_connection((address.hostname, address.port or 8470),
+                                 timeout=timeout_s).close()
+    except OSError as e:
+        raise errors.UserError(
+            f"config.runtime.tpu={name!r}: cannot reach the TPU at {master} ({e}); is it "
+            "running, and in this machine's network?") from None
 
 
 def _detect(runtime) -> str:

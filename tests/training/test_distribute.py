@@ -319,6 +319,22 @@ def test_the_whole_step_compiles_with_xla_on_one_device(data):
     assert "<=" not in hlo  # e.g. f32[<=8,32]: a dynamic dimension TPUs cannot take
 
 
+def test_unreachable_tpu_address_is_a_one_line_error():
+    """A grpc:// address nothing listens on: UserError naming the key, not a hang inside
+    initialize_tpu_system."""
+    from configs import electra as electra_config  # pylint: disable=g-import-not-at-top
+    from electra_tf import errors  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
+    with socket.socket() as sock:  # a free local port, closed again: connection refused
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    runtime = electra_config.get_config("tiny").runtime
+    runtime.strategy, runtime.tpu = "tpu", f"grpc://127.0.0.1:{port}"
+    with pytest.raises(errors.UserError, match=r"config.runtime.tpu='grpc://127.0.0.1:\d+'"
+                       r": cannot reach the TPU"):
+        distribute.get_strategy(runtime)
+
+
 def test_tpu_strategy_without_a_tpu_fails_fast_and_says_so(tmp_path):
     """`config.runtime.strategy=tpu` on a machine without a TPU (and no TPU name): an
     error naming the TPU within seconds, not a hang (the strategy is made first, before
