@@ -126,13 +126,18 @@ class Encoder(keras.layers.Layer):
             self.projection = keras.layers.Dense(
                 hidden_size, kernel_initializer=initializer(), dtype=self.dtype_policy,
                 name="embeddings_projection")
-        self.blocks = [
-            keras_hub.layers.TransformerEncoder(
+        # One attribute per block, not a list: tf.train.Checkpoint does not see into the
+        # lists Keras 3 tracks, and a list's blocks would be missing from checkpoints.
+        for i in range(num_layers):
+            setattr(self, f"transformer_layer_{i}", keras_hub.layers.TransformerEncoder(
                 intermediate_dim=intermediate_size, num_heads=num_heads, dropout=dropout,
                 activation="gelu",  # Keras' gelu is the exact (erf) one, as the original
                 layer_norm_epsilon=layer_norm_epsilon, kernel_initializer=initializer(),
-                dtype=self.dtype_policy, name=f"transformer_layer_{i}")
-            for i in range(num_layers)]
+                dtype=self.dtype_policy, name=f"transformer_layer_{i}"))
+
+    @property
+    def blocks(self) -> list:
+        return [getattr(self, f"transformer_layer_{i}") for i in range(self.num_layers)]
 
     def build(self, input_shape):
         # input_shape: {"token_ids": [B, S], ...}
