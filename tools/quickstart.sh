@@ -38,14 +38,16 @@ python -m electra_tf.train --config=configs/electra.py:tiny --workdir="$workdir/
 cat <<MSG
 
 Done. The evaluation above is on held-out documents: disc_auc above 0.5 means the
-discriminator tells replaced tokens from original ones. A tiny model learns slowly (about
-0.53 after 600 steps); run this script again with more steps (bash tools/quickstart.sh
-$workdir 3000) and it resumes from the checkpoint.
+discriminator tells replaced tokens from original ones. A tiny model learns little: about
+0.53 after 600 steps, and no more after 3,000 (its generator improves too, so the
+replacements get harder). For real results pre-train small or larger on your own corpus.
   TensorBoard:  tensorboard --logdir=$workdir/run/logs
   Your corpus:  the same steps with --input='your/*.txt' (or --tfds=NAME) and a bigger
                 --vocab_size (30522 as in the paper), then
                 python -m electra_tf.train --config=configs/electra.py:small --workdir=DIR \\
                   --config.data.train_files=DATA_DIR --config.data.vocab_file=vocab.txt
+  Serve it:     python tools/export_savedmodel.py --workdir=$workdir/run --output=/tmp/models/electra/1
+                (then TF Serving: see the README)
   On a TPU:     add --config.runtime.strategy=tpu --config.runtime.tpu=NAME (data and
                 workdir on gs://); base and large: configs/electra.py:base|large
 MSG

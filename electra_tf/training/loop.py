@@ -13,7 +13,6 @@ so the same examples get the same samples whatever the number of replicas.
 """
 
 import os
-import shutil
 import time
 
 import keras
@@ -234,8 +233,14 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     else:
         latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
     if latest:
-        checkpoint.restore(latest).assert_existing_objects_matched()
-        logging.info("Resumed from %s at step %d", latest, int(trainer.step.numpy()))
+        # A converted checkpoint (tools/convert_checkpoint.py) holds the step and the
+        # model only: it starts a fresh optimizer (and warm-up) on the converted weights.
+        saved = {name.split("/")[0] for name, _ in tf.train.list_variables(latest)}
+        restore = checkpoint if "optimizer" in saved else tf.train.Checkpoint(
+            step=trainer.step, model=trainer.model)
+        restore.restore(latest).assert_existing_objects_matched()
+        logging.info("Resumed from %s at step %d%s", latest, int(trainer.step.numpy()),
+                     "" if "optimizer" in saved else " (no optimizer state: a new one)")
     else:
         logging.info("No checkpoint in %s: starting from step 0", checkpoint_dir)
     step = int(trainer.step.numpy())
@@ -246,7 +251,9 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     if chief:
         tf.io.gfile.makedirs(workdir)
         writer.write_json_atomic(config.to_dict(), os.path.join(workdir, "config.json"))
-        shutil.copyfile(config.data.vocab_file, os.path.join(workdir, "vocab.txt"))
+        vocab_copy = os.path.join(workdir, "vocab.txt")
+        if os.path.abspath(config.data.vocab_file) != os.path.abspath(vocab_copy):
+            tf.io.gfile.copy(config.data.vocab_file, vocab_copy, overwrite=True)
         train_writer = tf.summary.create_file_writer(os.path.join(workdir, "logs", "train"))
         eval_writer = tf.summary.create_file_writer(os.path.join(workdir, "logs", "eval"))
         summaries.write_config(train_writer, config)

@@ -1,0 +1,1 @@
+"""Serving and interchange: SavedModels for TF Serving, checkpoint conversion."""

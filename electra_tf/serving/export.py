@@ -1,0 +1,239 @@
+"""SavedModels of the discriminator for TF Serving: raw text or token ids in.
+
+    python tools/export_savedmodel.py --workdir=RUN --output=MODEL_BASE/1
+
+Signatures (all `tensorflow/serving/predict`; [B] = batch, S = max_seq_length, H = hidden):
+
+    serving_default  text [B] string                → replaced_probability [B, S] float32,
+                                                      token_ids, input_mask [B, S] int32,
+                                                      tokens [B, S] string (WordPieces, "" pad)
+    serving_pair     text, text_pair [B] string     → the same, for sentence pairs
+    encode           text [B] string                → sequence_output [B, S, H] float32,
+                                                      cls_output [B, H], input_mask [B, S]
+    encode_pair      text, text_pair [B] string     → the same
+    serving_ids      input_ids, input_mask,         → replaced_probability [B, S]
+                     segment_ids [B, S] int32
+    encode_ids       the same                       → sequence_output, cls_output
+
+Text is tokenized in the graph with tf.text's `FastBertTokenizer`, built from the run's
+vocab with the run's normalisation (the same ops as `create_pretraining_data`), and packed
+as in pre-training: `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`, segment ids 0 then 1,
+truncated to S. A pair is truncated round-robin (one token from each side in turn, as
+tf.text's `RoundRobinTrimmer`), computed with core ragged ops: the `RoundRobinTrim` kernel
+exists only in TF Serving >= 2.20, and the export must load in older servers.
+
+The archive is written by `keras.export.ExportArchive`, whose variables TF Serving's
+session-based loader finds (`tf.saved_model.save` of a `tf.Module` holding a Keras 3 model
+does not: keras#20095). The vocab travels in `assets/vocab.txt`; a warm-up file of
+PredictionLogs in `assets.extra/tf_serving_warmup_requests`.
+
+Ops in the graph beyond core TF: FastBertNormalize (TF Text >= 2.12) and
+FastWordpieceTokenizeWithOffsets (>= 2.11): the export needs TF Serving >= 2.12
+(`MIN_TF_SERVING`).
+"""
+
+import json
+import os
+import tempfile
+
+import keras
+import ml_collections
+import numpy as np
+import tensorflow as tf
+import tensorflow_text as text  # noqa: F401  (registers the tokenizer ops)
+
+from electra_tf import errors
+from electra_tf.data import masking
+from electra_tf.data import pipeline
+from electra_tf.model import pretrainer
+from electra_tf.text import tokenizer as tokenizer_lib
+
+MIN_TF_SERVING = "2.12"
+SIGNATURES = ("serving_default", "serving_pair", "encode", "encode_pair", "serving_ids",
+              "encode_ids")
+WARMUP_FILE = "tf_serving_warmup_requests"
+WARMUP_TEXTS = ("ELECTRA detects replaced tokens.", "")
+
+
+class TextPacker(tf.Module):
+    """Raw text → (input_ids, input_mask, segment_ids) [B, S] int32, in the graph."""
+
+    def __init__(self, vocab: tokenizer_lib.Vocab, max_seq_length: int, lower_case: bool):
+        super().__init__(name="text_packer")
+        self.max_seq_length = max_seq_length
+        self.tokenizer = tokenizer_lib.make_tokenizer(vocab, lower_case=lower_case)
+        self.cls_id, self.sep_id, self.pad_id = vocab.cls_id, vocab.sep_id, vocab.pad_id
+        # id → WordPiece, read from the vocab file shipped in assets/ when the model loads.
+        self.vocab_asset = tf.saved_model.Asset(_clean_vocab_copy(vocab))
+        self.id_to_token = tf.lookup.StaticHashTable(
+            tf.lookup.TextFileInitializer(
+                self.vocab_asset, key_dtype=tf.int64,
+                key_index=tf.lookup.TextFileIndex.LINE_NUMBER,
+                value_dtype=tf.string, value_index=tf.lookup.TextFileIndex.WHOLE_LINE),
+            default_value="")
+
+    def pack(self, first, second=None):
+        first = self.tokenizer.tokenize(first)
+        if second is None:
+            segments = [first[:, :self.max_seq_length - 2]]
+        else:
+            second = self.tokenizer.tokenize(second)
+            budget = tf.constant(self.max_seq_length - 3, tf.int64)
+            n1, n2 = first.row_lengths(), second.row_lengths()             # int64
+            # Round-robin: the shorter side keeps all it has up to half the budget, the
+            # longer side takes the rest.
+            keep2 = tf.minimum(n2, tf.maximum(budget // 2, budget - n1))
+            keep1 = tf.minimum(n1, budget - keep2)
+            segments = [_head(first, keep1), _head(second, keep2)]
+        ids, segment_ids = text.combine_segments(
+            segments, start_of_sequence_id=self.cls_id, end_of_segment_id=self.sep_id)
+        ids, mask = text.pad_model_inputs(ids, self.max_seq_length, pad_value=self.pad_id)
+        segment_ids, _ = text.pad_model_inputs(segment_ids, self.max_seq_length)
+        return (tf.cast(ids, tf.int32), tf.cast(mask, tf.int32),
+                tf.cast(segment_ids, tf.int32))
+
+    def wordpiece_strings(self, ids, mask):
+        return tf.where(mask > 0, self.id_to_token.lookup(tf.cast(ids, tf.int64)), "")
+
+
+def _clean_vocab_copy(vocab: tokenizer_lib.Vocab) -> str:
+    """The vocab's tokens, one per "\\n"-ended line (no "\\r"), as a temporary vocab.txt."""
+    path = os.path.join(tempfile.mkdtemp(prefix="electra_export_"), "vocab.txt")
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write("".join(token + "\n" for token in vocab.tokens))
+    return path
+
+
+def _head(ragged, keep):
+    """The first `keep[i]` items of each row of `ragged`."""
+    positions = tf.ragged.range(ragged.row_lengths())
+    return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(keep, 1))
+
+
+def discriminate(model: pretrainer.ElectraPretrainer, input_ids, input_mask, segment_ids):
+    """The product: shared embeddings → discriminator encoder → RTD head (no generator)."""
+    sequence = model.discriminator({"token_ids": input_ids, "segment_ids": segment_ids,
+                                    "padding_mask": input_mask}, training=False)
+    sequence = tf.cast(sequence, tf.float32)
+    probability = tf.sigmoid(tf.cast(model.discriminator_head(sequence), tf.float32))
+    probability *= tf.cast(input_mask, tf.float32)
+    return {"replaced_probability": probability, "sequence_output": sequence,
+            "cls_output": sequence[:, 0]}
+
+
+def load_run(workdir: str, checkpoint: str | None = None):
+    """(config, vocab, restored ElectraPretrainer, checkpoint path) of a training run."""
+    config_path = os.path.join(workdir, "config.json")
+    if not tf.io.gfile.exists(config_path):
+        raise errors.UserError(f"{config_path}: not found; --workdir must be a training "
+                               "run's directory (python -m electra_tf.train --workdir=...)")
+    with tf.io.gfile.GFile(config_path) as f:
+        config = ml_collections.ConfigDict(json.load(f))
+    vocab = tokenizer_lib.Vocab.load(os.path.join(workdir, "vocab.txt"))
+    path = checkpoint or tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+    if not path:
+        raise errors.UserError(f"{workdir}/checkpoints: no checkpoint to export")
+    model = pretrainer.from_config(config.model, vocab.size, dtype="float32")
+    model.build_for(config.data.max_seq_length, masking.max_predictions_per_seq(
+        config.data.mask_prob, config.data.max_seq_length))
+    try:
+        status = tf.train.Checkpoint(model=model).read(path)
+        status.expect_partial().assert_existing_objects_matched()
+    except (tf.errors.NotFoundError, tf.errors.DataLossError, AssertionError,
+            ValueError) as e:
+        raise errors.UserError(f"{path}: cannot restore the model "
+                               f"({' '.join(str(e).split())[:300]})") from None
+    return config, vocab, model, path
+
+
+def lower_case_of(config, default: bool = True) -> bool:
+    """The normalisation the training data was made with (its manifest), else `default`."""
+    for part in str(config.data.get("train_files", "")).split(","):
+        part = part.strip()
+        if part and tf.io.gfile.isdir(part):
+            manifest = pipeline.load_manifest(part)
+            if manifest and "tokenizer" in manifest:
+                return bool(manifest["tokenizer"]["lower_case_nfd_strip_accents"])
+    return default
+
+
+def export(model: pretrainer.ElectraPretrainer, vocab: tokenizer_lib.Vocab,
+           max_seq_length: int, output: str, lower_case: bool = True,
+           warmup: bool = True) -> str:
+    """Writes the SavedModel to `output` (a `MODEL_BASE/<integer version>` directory)."""
+    if not os.path.basename(os.path.normpath(output)).isdigit():
+        raise errors.UserError(f"--output={output}: TF Serving needs MODEL_BASE/<integer "
+                               "version>, e.g. /models/electra/1")
+    if tf.io.gfile.exists(output):
+        raise errors.UserError(f"--output={output} exists; choose a new version number")
+    packer = TextPacker(vocab, max_seq_length, lower_case)
+    ids_spec = [tf.TensorSpec([None, max_seq_length], tf.int32, name)
+                for name in ("input_ids", "input_mask", "segment_ids")]
+    text_spec = tf.TensorSpec([None], tf.string, "text")
+    pair_spec = [text_spec, tf.TensorSpec([None], tf.string, "text_pair")]
+
+    def detect(ids, mask, segments):
+        out = discriminate(model, ids, mask, segments)
+        return {"replaced_probability": out["replaced_probability"], "token_ids": ids,
+                "input_mask": mask, "tokens": packer.wordpiece_strings(ids, mask)}
+
+    def encode(ids, mask, segments):
+        out = discriminate(model, ids, mask, segments)
+        return {"sequence_output": out["sequence_output"], "cls_output": out["cls_output"],
+                "input_mask": mask}
+
+    archive = keras.export.ExportArchive()
+    archive.track(model.discriminator)  # only the discriminator's variables are exported
+    archive.track(model.discriminator_head)
+    archive.track(packer)
+    archive.add_endpoint("serving_default", lambda t: detect(*packer.pack(t)), [text_spec])
+    archive.add_endpoint("serving_pair", lambda t, p: detect(*packer.pack(t, p)), pair_spec)
+    archive.add_endpoint("encode", lambda t: encode(*packer.pack(t)), [text_spec])
+    archive.add_endpoint("encode_pair", lambda t, p: encode(*packer.pack(t, p)), pair_spec)
+    archive.add_endpoint("serving_ids", detect, ids_spec)
+    archive.add_endpoint("encode_ids", encode, ids_spec)
+
+    # Write beside the target and rename: a crash never leaves a half-written version
+    # that TF Serving would try to load.
+    partial = output.rstrip("/") + ".partial"
+    if tf.io.gfile.exists(partial):
+        tf.io.gfile.rmtree(partial)
+    archive.write_out(partial, verbose=False)
+    if warmup:
+        write_warmup(os.path.join(partial, "assets.extra", WARMUP_FILE))
+    tf.io.gfile.rename(partial, output)
+    return output
+
+
+def write_warmup(path: str, model_name: str = "electra") -> None:
+    """TF Serving's warm-up file: one PredictionLog per text signature."""
+    from tensorflow_serving.apis import model_pb2  # pylint: disable=g-import-not-at-top
+    from tensorflow_serving.apis import predict_pb2  # pylint: disable=g-import-not-at-top
+    from tensorflow_serving.apis import prediction_log_pb2  # pylint: disable=g-import-not-at-top
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    texts = np.array(WARMUP_TEXTS, dtype=object)
+    with tf.io.TFRecordWriter(path) as out:
+        for signature, inputs in (("serving_default", {"text": texts}),
+                                  ("serving_pair", {"text": texts, "text_pair": texts[::-1]}),
+                                  ("encode", {"text": texts})):
+            request = predict_pb2.PredictRequest(
+                model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature))
+            for name, value in inputs.items():
+                request.inputs[name].CopyFrom(tf.make_tensor_proto(value, tf.string))
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request))
+            out.write(log.SerializeToString())
+
+
+def export_run(workdir: str, output: str, checkpoint: str | None = None,
+               lower_case: bool | None = None, max_seq_length: int | None = None) -> str:
+    """`export` of a training run's latest (or given) checkpoint."""
+    config, vocab, model, _ = load_run(workdir, checkpoint)
+    if lower_case is None:
+        lower_case = lower_case_of(config)
+    seq = max_seq_length or config.data.max_seq_length
+    if seq > model.max_sequence_length or seq < 3:
+        raise errors.UserError(f"--max_seq_length={seq}: must be in 3.."
+                               f"{model.max_sequence_length} (the position table)")
+    return export(model, vocab, seq, output, lower_case=lower_case)
+

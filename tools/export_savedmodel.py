@@ -1,0 +1,40 @@
+r"""Exports a pre-training run's discriminator as a SavedModel for TF Serving.
+
+  python tools/export_savedmodel.py --workdir=RUN --output=MODEL_BASE/1 \
+      [--checkpoint=RUN/checkpoints/ckpt-N] [--max_seq_length=N] [--lower_case=true|false]
+
+Writes TF Serving's layout (`MODEL_BASE/<version>/saved_model.pb`, `variables/`,
+`assets/vocab.txt`, `assets.extra/tf_serving_warmup_requests`). The signatures and their
+inputs and outputs are listed in electra_tf/serving/export.py and the README.
+"""
+
+from electra_tf import cli  # first: quiets TF's start-up logging
+
+from absl import flags
+
+from electra_tf.serving import export
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "The training run's --workdir.",
+                               required=True)
+_OUTPUT = flags.DEFINE_string("output", None, "MODEL_BASE/<integer version> to create.",
+                              required=True)
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None,
+                                  "A checkpoint prefix (default: the run's latest).")
+_MAX_SEQ_LENGTH = flags.DEFINE_integer(
+    "max_seq_length", None, "Tokens per request row (default: the run's max_seq_length).")
+_LOWER_CASE = flags.DEFINE_boolean(
+    "lower_case", None, "Lower-case and strip accents before WordPiece (default: what the "
+    "training data's manifest says, else true).")
+
+
+def main(argv):
+    del argv
+    path = export.export_run(_WORKDIR.value, _OUTPUT.value, checkpoint=_CHECKPOINT.value,
+                             lower_case=_LOWER_CASE.value,
+                             max_seq_length=_MAX_SEQ_LENGTH.value)
+    print(f"Exported {path} (signatures: {', '.join(export.SIGNATURES)}; needs TF Serving "
+          f">= {export.MIN_TF_SERVING})")
+
+
+if __name__ == "__main__":
+    cli.app_run(main)
