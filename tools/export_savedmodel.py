@@ -2,6 +2,7 @@ r"""Exports a pre-training run's discriminator as a SavedModel for TF Serving.
 
   python tools/export_savedmodel.py --workdir=RUN --output=MODEL_BASE/1 \
       [--checkpoint=RUN/checkpoints/ckpt-N] [--max_seq_length=N] [--lower_case=true|false]
+      [--vocab_file=vocab.txt]
 
 Writes TF Serving's layout (`MODEL_BASE/<version>/saved_model.pb`, `variables/`,
 `assets/vocab.txt`, `assets.extra/tf_serving_warmup_requests`). The signatures and their
@@ -22,6 +23,8 @@ _CHECKPOINT = flags.DEFINE_string("checkpoint", None,
                                   "A checkpoint prefix (default: the run's latest).")
 _MAX_SEQ_LENGTH = flags.DEFINE_integer(
     "max_seq_length", None, "Tokens per request row (default: the run's max_seq_length).")
+_VOCAB_FILE = flags.DEFINE_string(
+    "vocab_file", None, "The vocab to tokenize with (default: the run's vocab.txt; same size).")
 _LOWER_CASE = flags.DEFINE_boolean(
     "lower_case", None, "Lower-case and strip accents before WordPiece (default: what the "
     "training data's manifest says, else true).")
@@ -31,7 +34,8 @@ def main(argv):
     del argv
     path = export.export_run(_WORKDIR.value, _OUTPUT.value, checkpoint=_CHECKPOINT.value,
                              lower_case=_LOWER_CASE.value,
-                             max_seq_length=_MAX_SEQ_LENGTH.value)
+                             max_seq_length=_MAX_SEQ_LENGTH.value,
+                             vocab_file=_VOCAB_FILE.value)
     print(f"Exported {path} (signatures: {', '.join(export.SIGNATURES)}; needs TF Serving "
           f">= {export.MIN_TF_SERVING})")
 

@@ -121,19 +121,27 @@ def discriminate(model: pretrainer.ElectraPretrainer, input_ids, input_mask, seg
             "cls_output": sequence[:, 0]}
 
 
-def load_run(workdir: str, checkpoint: str | None = None):
-    """(config, vocab, restored ElectraPretrainer, checkpoint path) of a training run."""
+def load_run(workdir: str, checkpoint: str | None = None, vocab_file: str | None = None):
+    """(config, vocab, restored ElectraPretrainer, checkpoint path) of a training run.
+
+    vocab_file: instead of the run's vocab.txt (it must have the same size)."""
     config_path = os.path.join(workdir, "config.json")
     if not tf.io.gfile.exists(config_path):
         raise errors.UserError(f"{config_path}: not found; --workdir must be a training "
                                "run's directory (python -m electra_tf.train --workdir=...)")
     with tf.io.gfile.GFile(config_path) as f:
         config = ml_collections.ConfigDict(json.load(f))
-    vocab = tokenizer_lib.Vocab.load(os.path.join(workdir, "vocab.txt"))
+    vocab = tokenizer_lib.Vocab.load(vocab_file or os.path.join(workdir, "vocab.txt"))
     path = checkpoint or tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
     if not path:
         raise errors.UserError(f"{workdir}/checkpoints: no checkpoint to export")
     model = pretrainer.from_config(config.model, vocab.size, dtype="float32")
+    run_vocab = os.path.join(workdir, "vocab.txt")
+    if vocab_file and tf.io.gfile.exists(run_vocab):
+        trained = tokenizer_lib.Vocab.load(run_vocab).size
+        if trained != vocab.size:
+            raise errors.UserError(f"--vocab_file={vocab_file} has {vocab.size} tokens; the "
+                                   f"run was trained with {trained} ({run_vocab})")
     model.build_for(config.data.max_seq_length, masking.max_predictions_per_seq(
         config.data.mask_prob, config.data.max_seq_length))
     try:
@@ -161,11 +169,7 @@ def export(model: pretrainer.ElectraPretrainer, vocab: tokenizer_lib.Vocab,
            max_seq_length: int, output: str, lower_case: bool = True,
            warmup: bool = True) -> str:
     """Writes the SavedModel to `output` (a `MODEL_BASE/<integer version>` directory)."""
-    if not os.path.basename(os.path.normpath(output)).isdigit():
-        raise errors.UserError(f"--output={output}: TF Serving needs MODEL_BASE/<integer "
-                               "version>, e.g. /models/electra/1")
-    if tf.io.gfile.exists(output):
-        raise errors.UserError(f"--output={output} exists; choose a new version number")
+    _check_output(output)
     packer = TextPacker(vocab, max_seq_length, lower_case)
     ids_spec = [tf.TensorSpec([None, max_seq_length], tf.int32, name)
                 for name in ("input_ids", "input_mask", "segment_ids")]
@@ -193,29 +197,80 @@ def export(model: pretrainer.ElectraPretrainer, vocab: tokenizer_lib.Vocab,
     archive.add_endpoint("serving_ids", detect, ids_spec)
     archive.add_endpoint("encode_ids", encode, ids_spec)
 
+    texts = np.array(WARMUP_TEXTS, dtype=object)
+    requests = [("serving_default", {"text": texts}),
+                ("serving_pair", {"text": texts, "text_pair": texts[::-1]}),
+                ("encode", {"text": texts})]
+    return _write(archive, output, requests if warmup else None)
+
+
+def export_classifier(model, vocab: tokenizer_lib.Vocab, task, max_seq_length: int,
+                      output: str, lower_case: bool = True) -> str:
+    """A fine-tuned `finetuning.model.Classifier` for `task` (a `glue.TaskSpec`) as a
+    SavedModel. Signatures: `serving_default` on raw text (`text`, and `text_pair` for
+    pair tasks) and `serving_ids` on ids; outputs `probabilities` [B, labels] and `label`
+    [B] (the task's label string), or `score` [B] for regression."""
+    _check_output(output)
+    packer = TextPacker(vocab, max_seq_length, lower_case)
+    ids_spec = [tf.TensorSpec([None, max_seq_length], tf.int32, name)
+                for name in ("input_ids", "input_mask", "segment_ids")]
+    names = tf.constant(list(task.label_names) or [""])
+
+    def classify(ids, mask, segments):
+        logits = model({"input_ids": ids, "input_mask": mask, "segment_ids": segments},
+                       training=False)
+        if task.is_regression:
+            return {"score": logits[:, 0]}
+        probabilities = tf.nn.softmax(logits)
+        return {"probabilities": probabilities,
+                "label": tf.gather(names, tf.argmax(probabilities, -1))}
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.track(packer)
+    texts = np.array(WARMUP_TEXTS, dtype=object)
+    text_spec = tf.TensorSpec([None], tf.string, "text")
+    if len(task.text_columns) == 2:
+        archive.add_endpoint("serving_default", lambda t, p: classify(*packer.pack(t, p)),
+                             [text_spec, tf.TensorSpec([None], tf.string, "text_pair")])
+        warmup = {"text": texts, "text_pair": texts[::-1]}
+    else:
+        archive.add_endpoint("serving_default", lambda t: classify(*packer.pack(t)),
+                             [text_spec])
+        warmup = {"text": texts}
+    archive.add_endpoint("serving_ids", classify, ids_spec)
+    return _write(archive, output, [("serving_default", warmup)])
+
+
+def _check_output(output: str) -> None:
+    if not os.path.basename(os.path.normpath(output)).isdigit():
+        raise errors.UserError(f"--output={output}: TF Serving needs MODEL_BASE/<integer "
+                               "version>, e.g. /models/electra/1")
+    if tf.io.gfile.exists(output):
+        raise errors.UserError(f"--output={output} exists; choose a new version number")
+
+
+def _write(archive, output: str, warmup_requests) -> str:
     # Write beside the target and rename: a crash never leaves a half-written version
     # that TF Serving would try to load.
     partial = output.rstrip("/") + ".partial"
     if tf.io.gfile.exists(partial):
         tf.io.gfile.rmtree(partial)
     archive.write_out(partial, verbose=False)
-    if warmup:
-        write_warmup(os.path.join(partial, "assets.extra", WARMUP_FILE))
+    if warmup_requests:
+        write_warmup(os.path.join(partial, "assets.extra", WARMUP_FILE), warmup_requests)
     tf.io.gfile.rename(partial, output)
     return output
 
 
-def write_warmup(path: str, model_name: str = "electra") -> None:
-    """TF Serving's warm-up file: one PredictionLog per text signature."""
+def write_warmup(path: str, requests, model_name: str = "electra") -> None:
+    """TF Serving's warm-up file: a PredictionLog per (signature, {input: array})."""
     from tensorflow_serving.apis import model_pb2  # pylint: disable=g-import-not-at-top
     from tensorflow_serving.apis import predict_pb2  # pylint: disable=g-import-not-at-top
     from tensorflow_serving.apis import prediction_log_pb2  # pylint: disable=g-import-not-at-top
     tf.io.gfile.makedirs(os.path.dirname(path))
-    texts = np.array(WARMUP_TEXTS, dtype=object)
     with tf.io.TFRecordWriter(path) as out:
-        for signature, inputs in (("serving_default", {"text": texts}),
-                                  ("serving_pair", {"text": texts, "text_pair": texts[::-1]}),
-                                  ("encode", {"text": texts})):
+        for signature, inputs in requests:
             request = predict_pb2.PredictRequest(
                 model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature))
             for name, value in inputs.items():
@@ -226,9 +281,10 @@ def write_warmup(path: str, model_name: str = "electra") -> None:
 
 
 def export_run(workdir: str, output: str, checkpoint: str | None = None,
-               lower_case: bool | None = None, max_seq_length: int | None = None) -> str:
+               lower_case: bool | None = None, max_seq_length: int | None = None,
+               vocab_file: str | None = None) -> str:
     """`export` of a training run's latest (or given) checkpoint."""
-    config, vocab, model, _ = load_run(workdir, checkpoint)
+    config, vocab, model, _ = load_run(workdir, checkpoint, vocab_file)
     if lower_case is None:
         lower_case = lower_case_of(config)
     seq = max_seq_length or config.data.max_seq_length

@@ -313,6 +313,13 @@ def test_electra_tf_workdir_round_trip_is_exact(original, weights, tmp_path):
     assert again.spec == weights.spec
     assert_same_tensors(again.tensors, weights.tensors)
 
+    # The converted run exports for TF Serving like a trained one.
+    from electra_tf.serving import export  # pylint: disable=g-import-not-at-top
+    exported = export.export_run(out, str(tmp_path / "models" / "1"), max_seq_length=8)
+    loaded = tf.saved_model.load(exported)
+    probability = loaded.signatures["serving_default"](text=tf.constant(["a b"]))
+    assert probability["replaced_probability"].shape == (1, 8)
+
 
 def test_converted_workdir_resumes_pretraining(original, weights, tmp_path):
     from electra_tf.training import loop  # pylint: disable=g-import-not-at-top

@@ -171,6 +171,10 @@ def test_bad_output_and_workdir_are_one_line_errors(run, tmp_path):
         export.export_run(run["workdir"], str(existing))
     with pytest.raises(errors.UserError, match="config.json"):
         export.export_run(str(tmp_path), str(tmp_path / "m" / "1"))
+    (tmp_path / "other").mkdir()
+    small = helpers.write_vocab(str(tmp_path / "other"), words=helpers.WORDS[:5])
+    with pytest.raises(errors.UserError, match="--vocab_file=.* tokens; the run was trained"):
+        export.export_run(run["workdir"], str(tmp_path / "m" / "1"), vocab_file=small.path)
     empty = tmp_path / "run"
     shutil.copytree(run["workdir"], empty)
     shutil.rmtree(empty / "checkpoints")
