@@ -45,3 +45,21 @@ def make_data(directory, vocab, max_seq_length=32, num_shards=2, seed=0, **corpu
                                   max_seq_length=max_seq_length, num_shards=num_shards,
                                   seed=seed, log=lambda _: None)
     return out
+
+
+def write_pretrained_run(directory, max_seq_length=16):
+    """A tiny pre-training workdir with random weights (config.json, vocab.txt, a
+    model-only checkpoint), as export and fine-tuning read it. Returns (vocab, model)."""
+    import json  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from configs import electra as electra_configs  # pylint: disable=g-import-not-at-top
+    from electra_tf.model import pretrainer  # pylint: disable=g-import-not-at-top
+    vocab = write_vocab(str(directory))
+    config = electra_configs.get_config("tiny")
+    config.data.max_seq_length = max_seq_length
+    model = pretrainer.from_config(config.model, vocab.size).build_for(max_seq_length, 3)
+    checkpoint = tf.train.Checkpoint(step=tf.Variable(7, dtype=tf.int64), model=model)
+    checkpoint.save(os.path.join(directory, "checkpoints", "ckpt"))
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config.to_dict(), f)
+    return vocab, model

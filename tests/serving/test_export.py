@@ -16,9 +16,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text as text
 
-from configs import electra as electra_configs  # pylint: disable=g-bad-import-order
 from electra_tf import errors
-from electra_tf.model import pretrainer
 from electra_tf.serving import export
 from tests import helpers
 
@@ -51,14 +49,7 @@ def _session_run(export_dir, requests, outdir):
 def run(tmp_path_factory):
     """A tiny pre-training run's workdir (config.json, vocab.txt, a checkpoint)."""
     workdir = tmp_path_factory.mktemp("run")
-    vocab = helpers.write_vocab(str(workdir))
-    config = electra_configs.get_config("tiny")
-    config.data.max_seq_length = SEQ
-    model = pretrainer.from_config(config.model, vocab.size).build_for(SEQ, 3)
-    checkpoint = tf.train.Checkpoint(step=tf.Variable(7, dtype=tf.int64), model=model)
-    checkpoint.save(os.path.join(workdir, "checkpoints", "ckpt"))
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        json.dump(config.to_dict(), f)
+    vocab, model = helpers.write_pretrained_run(workdir, SEQ)
     return {"workdir": str(workdir), "vocab": vocab, "model": model}
 
 

@@ -1,0 +1,55 @@
+"""GLUE fine-tuning configs: `--config=configs/finetune.py:TASK[,SIZE]`.
+
+    python -m electra_tf.finetune --config=configs/finetune.py:mrpc --workdir=/tmp/mrpc \
+        --config.init_checkpoint=/tmp/electra_small --config.data.dir=/data/glue/MRPC
+
+TASK is one of cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte; SIZE (default small) picks the
+original ELECTRA's learning rate and layer-wise decay for that model size. Defaults per
+task are the original's (electra_tf/finetuning/glue.py says where each comes from); any
+field can be overridden with `--config.SECTION.KEY=VALUE`.
+"""
+
+import ml_collections
+
+from electra_tf.finetuning import glue
+
+
+def get_config(arg: str = "mrpc") -> ml_collections.ConfigDict:
+    task_name, _, size = arg.partition(",")
+    size = size or "small"
+    if task_name not in glue.TASKS:
+        raise ValueError(f"configs/finetune.py: unknown task {task_name!r}; choose one of "
+                         f"{', '.join(glue.TASKS)}")
+    task = glue.TASKS[task_name]
+    if size not in task.learning_rate:
+        raise ValueError(f"configs/finetune.py: unknown size {size!r}; choose one of "
+                         f"{', '.join(task.learning_rate)}")
+    config = ml_collections.ConfigDict()
+    config.task = task_name
+    config.init_checkpoint = ""   # the pre-training run's workdir (or RUN/checkpoints/ckpt-N)
+
+    config.data = ml_collections.ConfigDict()
+    config.data.dir = ""                  # GLUE's TSVs for this task (train.tsv, dev*.tsv)
+    config.data.tfds_data_dir = ""        # else TFDS glue/<task>, prepared in this data dir
+    config.data.max_seq_length = task.max_seq_length  # original: 128
+    config.data.on_bad = "error"          # error|skip: bad TSV rows stop the run or are counted
+
+    config.model = ml_collections.ConfigDict()
+    config.model.dropout = 0.1            # on the [CLS] vector; original: 0.1
+
+    config.train = ml_collections.ConfigDict()
+    config.train.batch_size = task.train_batch_size      # original: 32
+    config.train.epochs = task.num_train_epochs          # original: 3 (10 for RTE, STS-B)
+    config.train.learning_rate = task.learning_rate[size]  # original, per size
+    config.train.layerwise_lr_decay = task.layerwise_lr_decay[size]  # original: 0.8
+    config.train.warmup_proportion = task.warmup_proportion  # original: 0.1
+    config.train.weight_decay = task.weight_decay_rate   # original: 0.01
+    config.train.clip_norm = 1.0                         # original: 1.0
+    config.train.eval_every = 0           # steps between dev evaluations; 0 = every epoch
+    config.train.seed = 0
+
+    config.runtime = ml_collections.ConfigDict()
+    config.runtime.strategy = "auto"      # as pre-training: auto|tpu|mirrored|multi_worker|one_device
+    config.runtime.tpu = ""
+    config.runtime.cpu_devices = 0
+    return config

@@ -1,0 +1,40 @@
+"""Fine-tunes a pre-trained discriminator on a GLUE task:
+
+    python -m electra_tf.finetune --config=configs/finetune.py:TASK --workdir=DIR \
+        --config.init_checkpoint=PRETRAIN_WORKDIR [--config.data.dir=GLUE_TASK_DIR]
+
+Writes DIR/results.json after each evaluation, DIR/best (the best checkpoint by the task's
+metric), DIR/export/<step> (that model as a SavedModel) and TensorBoard logs in DIR/logs.
+Re-running the same command resumes.
+"""
+
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before Keras is imported
+
+from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import logging  # pylint: disable=g-import-not-at-top,wrong-import-position
+from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+
+from electra_tf import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Config file and task, e.g. configs/finetune.py:mrpc.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, logs and results go here.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    from electra_tf.finetuning import loop  # pylint: disable=g-import-not-at-top
+    logging.set_verbosity(logging.INFO)
+    metrics = loop.finetune(_CONFIG.value, _WORKDIR.value)
+    for split, values in metrics.items():
+        print(f"best {split}: " + " ".join(f"{k}={v:.4f}" for k, v in values.items()))
+    print(f"results: {os.path.join(_WORKDIR.value, 'results.json')}")
+
+
+if __name__ == "__main__":
+    cli.app_run(main)

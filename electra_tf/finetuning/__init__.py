@@ -1,0 +1,1 @@
+"""Fine-tuning on downstream tasks: GLUE data and metrics, the classifier model."""

@@ -1,0 +1,428 @@
+"""The GLUE tasks ELECTRA is fine-tuned on: what each one is, and its examples.
+
+`TASKS` describes cola, sst2, mrpc, stsb, qqp, mnli, qnli and rte (`TaskSpec`: text
+columns, labels, metrics, and the original ELECTRA's fine-tuning defaults). `load`
+returns the `Examples` of one split, from either source:
+
+* GLUE's own TSV files (`data_dir`: the `glue_data` folder of GLUE's download script,
+  or one task's folder in it, such as `glue_data/CoLA`), read by `read_tsv`;
+* TFDS `glue/<task>`, already prepared in a local data dir (nothing is downloaded).
+
+Labels are class indices in the order of `TaskSpec.label_names` (the original ELECTRA's
+order, so its classifier heads read ours), or the 0..5 similarity score for stsb.
+
+Bad input is reported, never guessed around: a row with missing columns, a label
+outside the task's label set, or an empty sentence raises `GlueDataError` naming
+`file:line` (1-based, the header is line 1), or with `on_bad="skip"` is skipped and
+counted in `Examples.skipped`. Invalid UTF-8, a wrong header and a file without a
+single example are always errors; blank lines are not rows and are passed over.
+
+>>> spec = TASKS["mnli"]
+>>> spec.label_names, spec.num_labels, spec.eval_splits
+(('contradiction', 'entailment', 'neutral'), 3, ('validation_matched', 'validation_mismatched'))
+>>> label_index("mnli", "neutral"), label_index("stsb", "3.8")
+(2, 3.8)
+>>> split_file("mnli", "validation_mismatched")
+'dev_mismatched.tsv'
+"""
+
+import csv
+import dataclasses
+import math
+import os
+import types
+from typing import Mapping
+
+import numpy as np
+
+from electra_tf import errors
+
+
+class GlueDataError(errors.UserError):
+    """GLUE data that cannot be used: the message names the file and line, or the dataset."""
+
+
+# ---------------------------------------------------------------------------- tasks
+
+# The original ELECTRA's fine-tuning defaults, from google-research/electra
+# configure_finetuning.py (FinetuningConfig.__init__): learning_rate 1e-4, 5e-5 when
+# model_size == "large"; layerwise_lr_decay 0.8, 0.9 for "large"; weight_decay_rate 0.01;
+# warmup_proportion 0.1; train/eval_batch_size 32; max_seq_length 128; num_train_epochs 3,
+# 10 when the single task is "rte" or "sts"; double_unordered True (used by its MRPC and
+# STS tasks only: train on both sentence orders). The paper's fine-tuning table lists
+# 3e-4 for Small; the released code keeps 1e-4 unless --hparams sets learning_rate.
+# "tiny" is this project's test size and takes Small's values.
+_LEARNING_RATE = types.MappingProxyType(
+    {"tiny": 1e-4, "small": 1e-4, "base": 1e-4, "large": 5e-5})
+_LAYERWISE_LR_DECAY = types.MappingProxyType(
+    {"tiny": 0.8, "small": 0.8, "base": 0.8, "large": 0.9})
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """One GLUE task: its data, its labels, its metrics and its fine-tuning defaults."""
+
+    name: str
+    tfds_name: str                   # "glue/<name>"
+    data_folders: tuple[str, ...]    # its folder in GLUE's download, in the original's layout
+    text_columns: tuple[str, ...]    # 1 or 2 logical names (TFDS's feature names)
+    label_names: tuple[str, ...]     # as in GLUE's TSVs; position = class index; () for stsb
+    tfds_label_names: tuple[str, ...]  # TFDS's ClassLabel names of the same classes
+    metrics: tuple[str, ...]         # names in glue_metrics.METRICS, as GLUE reports them
+    primary_metric: str              # what the original ELECTRA's README reports
+    eval_splits: tuple[str, ...] = ("validation",)
+    is_regression: bool = False
+    score_range: tuple[float, float] | None = None  # regression targets: GLUE's 0..5
+    # Fine-tuning defaults of the original ELECTRA (see the comment above `TaskSpec`).
+    num_train_epochs: float = 3.0
+    double_unordered: bool = False   # also train on (text_b, text_a)
+    learning_rate: Mapping[str, float] = dataclasses.field(
+        default_factory=lambda: _LEARNING_RATE, hash=False)      # per model size
+    layerwise_lr_decay: Mapping[str, float] = dataclasses.field(
+        default_factory=lambda: _LAYERWISE_LR_DECAY, hash=False)  # per model size
+    weight_decay_rate: float = 0.01
+    warmup_proportion: float = 0.1
+    train_batch_size: int = 32
+    eval_batch_size: int = 32
+    max_seq_length: int = 128
+
+    @property
+    def num_labels(self) -> int:
+        """Outputs of the task's head: one per class, 1 for a regression."""
+        return 1 if self.is_regression else len(self.label_names)
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """The splits with labels: train and the evaluation splits."""
+        return ("train",) + self.eval_splits
+
+
+_BINARY = ("0", "1")
+_NLI2 = ("entailment", "not_entailment")
+
+TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (
+    TaskSpec("cola", "glue/cola", ("CoLA", "cola"), ("sentence",), _BINARY,
+             ("unacceptable", "acceptable"), ("mcc",), "mcc"),
+    TaskSpec("sst2", "glue/sst2", ("SST-2", "sst"), ("sentence",), _BINARY,
+             ("negative", "positive"), ("accuracy",), "accuracy"),
+    TaskSpec("mrpc", "glue/mrpc", ("MRPC", "mrpc"), ("sentence1", "sentence2"), _BINARY,
+             ("not_equivalent", "equivalent"), ("accuracy", "f1"), "accuracy",
+             double_unordered=True),
+    TaskSpec("stsb", "glue/stsb", ("STS-B", "sts"), ("sentence1", "sentence2"), (), (),
+             ("pearson", "spearman"), "spearman", is_regression=True,
+             score_range=(0.0, 5.0), num_train_epochs=10.0, double_unordered=True),
+    TaskSpec("qqp", "glue/qqp", ("QQP", "qqp"), ("question1", "question2"), _BINARY,
+             ("not_duplicate", "duplicate"), ("accuracy", "f1"), "accuracy"),
+    TaskSpec("mnli", "glue/mnli", ("MNLI", "mnli"), ("premise", "hypothesis"),
+             ("contradiction", "entailment", "neutral"),
+             ("contradiction", "entailment", "neutral"), ("accuracy",), "accuracy",
+             eval_splits=("validation_matched", "validation_mismatched")),
+    TaskSpec("qnli", "glue/qnli", ("QNLI", "qnli"), ("question", "sentence"), _NLI2, _NLI2,
+             ("accuracy",), "accuracy"),
+    TaskSpec("rte", "glue/rte", ("RTE", "rte"), ("sentence1", "sentence2"), _NLI2, _NLI2,
+             ("accuracy",), "accuracy", num_train_epochs=10.0),
+)}
+
+
+def get_task(name: str) -> TaskSpec:
+    """The task called `name`; a `GlueDataError` naming the choices otherwise."""
+    if name not in TASKS:
+        raise GlueDataError(f"unknown GLUE task {name!r}; choose one of {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def label_index(task: str, raw: str) -> int | float:
+    """A label as written in GLUE's TSVs → class index (float score for stsb).
+
+    Raises `GlueDataError` (without a location; `read_tsv` adds it) for anything else.
+    """
+    spec = get_task(task)
+    value = raw.strip()
+    if spec.is_regression:
+        try:
+            score = float(value)
+        except ValueError:
+            raise GlueDataError(f"score {_show(raw)} is not a number") from None
+        low, high = spec.score_range
+        if not (math.isfinite(score) and low <= score <= high):
+            raise GlueDataError(f"score {_show(raw)} is outside {low:g}..{high:g}")
+        return score
+    if value not in spec.label_names:
+        raise GlueDataError(f"label {_show(raw)} is not one of "
+                            f"{', '.join(spec.label_names)}")
+    return spec.label_names.index(value)
+
+
+def _show(value: str, limit: int = 40) -> str:
+    """A value for a one-line message: quoted, escaped, shortened."""
+    return repr(value if len(value) <= limit else value[:limit] + "...")
+
+
+# ---------------------------------------------------------------------------- examples
+
+
+@dataclasses.dataclass
+class Examples:
+    """The examples of one split: texts, labels, and what reading skipped."""
+
+    text_a: list[str]
+    text_b: list[str] | None         # None for single-sentence tasks
+    labels: np.ndarray               # [n] int32 class index, or float32 score (stsb)
+    source: str                      # the file, or "glue/<task>:<split>" for TFDS
+    skipped: int = 0                 # bad rows skipped with on_bad="skip"
+    first_skipped: str = ""          # "where: problem" of the first one
+
+    def __len__(self) -> int:
+        return len(self.text_a)
+
+
+class _Collector:
+    """Accumulates examples; applies `on_bad` to rows that cannot be used."""
+
+    def __init__(self, spec: TaskSpec, source: str, on_bad: str):
+        if on_bad not in ("error", "skip"):
+            raise GlueDataError(f"on_bad must be 'error' or 'skip'. Received: "
+                                f"on_bad={on_bad!r}")
+        self.spec, self.source, self.on_bad = spec, source, on_bad
+        self.texts: list[list[str]] = [[] for _ in spec.text_columns]
+        self.labels: list = []
+        self.skipped, self.first_skipped = 0, ""
+
+    def bad(self, where: str, problem: str) -> None:
+        if self.on_bad == "error":
+            raise GlueDataError(f"{where}: {problem}")
+        self.skipped += 1
+        self.first_skipped = self.first_skipped or f"{where}: {problem}"
+
+    def add(self, where: str, texts: list[str], label) -> None:
+        empty = [c for c, text in zip(self.spec.text_columns, texts) if not text.strip()]
+        if empty:
+            self.bad(where, f"empty {' and '.join(empty)}")
+            return
+        for column, text in zip(self.texts, texts):
+            column.append(text)
+        self.labels.append(label)
+
+    def examples(self) -> Examples:
+        if not self.labels:
+            note = f" ({self.skipped} bad rows skipped)" if self.skipped else ""
+            raise GlueDataError(f"{self.source}: no {self.spec.name} examples{note}")
+        dtype = np.float32 if self.spec.is_regression else np.int32
+        return Examples(text_a=self.texts[0],
+                        text_b=self.texts[1] if len(self.texts) > 1 else None,
+                        labels=np.asarray(self.labels, dtype), source=self.source,
+                        skipped=self.skipped, first_skipped=self.first_skipped)
+
+
+# ---------------------------------------------------------------------------- GLUE's TSVs
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Where a task's texts and label are in its train/dev TSV rows (0-based; -1 = last)."""
+
+    text: tuple[int, ...]
+    label: int
+    header: dict[int, str] | None   # column → name GLUE's header has there; None: no header
+
+
+# GLUE's files as its download script writes them (and as the original ELECTRA reads them,
+# finetune/classification/classification_tasks.py): CoLA has no header (source, label,
+# original mark, sentence); STS-B and MNLI carry extra columns, their label is the last.
+_LAYOUTS = {
+    "cola": _Layout((3,), 1, None),
+    "sst2": _Layout((0,), 1, {0: "sentence", 1: "label"}),
+    "mrpc": _Layout((3, 4), 0, {0: "Quality", 3: "#1 String", 4: "#2 String"}),
+    "stsb": _Layout((7, 8), -1, {7: "sentence1", 8: "sentence2", -1: "score"}),
+    "qqp": _Layout((3, 4), 5, {3: "question1", 4: "question2", 5: "is_duplicate"}),
+    "mnli": _Layout((8, 9), -1, {8: "sentence1", 9: "sentence2", -1: "gold_label"}),
+    "qnli": _Layout((1, 2), 3, {1: "question", 2: "sentence", 3: "label"}),
+    "rte": _Layout((1, 2), 3, {1: "sentence1", 2: "sentence2", 3: "label"}),
+}
+
+_SPLIT_FILES = {"train": "train.tsv", "validation": "dev.tsv",
+                "validation_matched": "dev_matched.tsv",
+                "validation_mismatched": "dev_mismatched.tsv"}
+
+
+def _check_split(spec: TaskSpec, split: str) -> None:
+    if split not in spec.splits:
+        raise GlueDataError(f"{spec.name} has no split {split!r} with labels; "
+                            f"choose one of {', '.join(spec.splits)}")
+
+
+def split_file(task: str, split: str) -> str:
+    """The name of a split's file in GLUE's download (train.tsv, dev.tsv, ...)."""
+    spec = get_task(task)
+    _check_split(spec, split)
+    return _SPLIT_FILES[split]
+
+
+def _lines(path: str):
+    """(line number, text without its line end) of a UTF-8 file; blank lines left out."""
+    try:
+        with open(path, "rb") as f:
+            for n, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise GlueDataError(f"{path}:{n}: invalid UTF-8 ({e.reason} at byte "
+                                        f"{e.start} of the line)") from None
+                if n == 1:
+                    line = line.removeprefix("\ufeff")  # a byte-order mark
+                line = line.rstrip("\r\n")
+                if line.strip(" "):  # a line of tabs is a row (of empty columns)
+                    yield n, line
+    except OSError as e:
+        raise GlueDataError(f"{path}: cannot read it: {e.strerror or e}") from e
+
+
+def _columns(line: str) -> list[str]:
+    # QUOTE_NONE: GLUE's sentences hold unbalanced quotes, which are text, not quoting.
+    return next(csv.reader((line,), delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def read_tsv(task: str, path: str, on_bad: str = "error") -> Examples:
+    """The examples of one of GLUE's train/dev TSV files for `task`.
+
+    `on_bad="error"` raises `GlueDataError` at the first bad row; `"skip"` skips bad
+    rows and counts them. A wrong header, invalid UTF-8 and a file without examples
+    are errors either way.
+    """
+    spec = get_task(task)
+    layout = _LAYOUTS[spec.name]
+    collector = _Collector(spec, path, on_bad)
+    # A row needs every text column, and its label must be a column of its own.
+    needed = max(layout.text) + (2 if layout.label < 0 else 1)
+    needed = max(needed, layout.label + 1)
+    lines = _lines(path)
+    if layout.header is not None:
+        first = next(lines, None)
+        if first is not None:
+            _check_header(spec, path, *first, layout.header)
+    for n, line in lines:
+        where = f"{path}:{n}"
+        try:
+            row = _columns(line)
+        except csv.Error as e:
+            collector.bad(where, f"unreadable row ({e})")
+            continue
+        if len(row) < needed:
+            collector.bad(where, f"{len(row)} column(s), {spec.name} rows have at least "
+                                 f"{needed}")
+            continue
+        try:
+            label = label_index(spec.name, row[layout.label])
+        except GlueDataError as e:
+            collector.bad(where, str(e))
+            continue
+        collector.add(where, [row[i] for i in layout.text], label)
+    return collector.examples()
+
+
+def _check_header(spec: TaskSpec, path: str, n: int, line: str,
+                  expected: dict[int, str]) -> None:
+    """The first line must be GLUE's header for the task: otherwise the file is another's."""
+    try:
+        header = _columns(line)
+    except csv.Error:
+        header = []
+    wrong = len(header) <= max(expected) or any(
+        header[i].strip() != name for i, name in expected.items())
+    if wrong:
+        want = ", ".join(f"{name!r} at column {i + 1 if i >= 0 else 'last'}"
+                         for i, name in expected.items())
+        raise GlueDataError(f"{path}:{n}: not the header of GLUE's {spec.name} files "
+                            f"(expected {want}); found {_show(line, 80)}")
+
+
+def find_file(task: str, split: str, data_dir: str) -> str:
+    """A split's TSV in `data_dir`: GLUE's download folder, or the task's folder in it."""
+    spec = get_task(task)
+    name = split_file(task, split)
+    candidates = [os.path.join(data_dir, name)] + [
+        os.path.join(data_dir, folder, name) for folder in spec.data_folders]
+    for path in candidates:
+        if os.path.isfile(path):
+            return path
+    if not os.path.isdir(data_dir):
+        raise GlueDataError(f"GLUE data dir {data_dir} does not exist")
+    raise GlueDataError(f"no {name} for {spec.name} in {data_dir} (looked for "
+                        f"{', '.join(os.path.relpath(p, data_dir) for p in candidates)})")
+
+
+# ---------------------------------------------------------------------------- TFDS
+
+
+def _read_tfds(spec: TaskSpec, split: str, data_dir: str | None, on_bad: str) -> Examples:
+    """A split of `glue/<task>` prepared in `data_dir`, read without downloading."""
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+    where_dir = data_dir or "TFDS's default data dir"
+    try:
+        builder = tfds.builder(spec.tfds_name, data_dir=data_dir)
+        prepared = builder.is_prepared()
+    except Exception as e:  # TFDS raises many types for "not there"
+        raise GlueDataError(f"{spec.tfds_name}: cannot open it in {where_dir}: "
+                            f"{(str(e).splitlines() or [type(e).__name__])[0]}") from e
+    if not prepared:
+        raise GlueDataError(
+            f"{spec.tfds_name} is not prepared in {where_dir} (nothing is downloaded "
+            f"here): prepare it with TFDS where there is network access, or give GLUE's "
+            f"TSV files with --config.data.dir")
+    source = f"{spec.tfds_name}:{split}"
+    if split not in builder.info.splits:
+        raise GlueDataError(f"{source}: no such split in {where_dir}; it has "
+                            f"{', '.join(sorted(builder.info.splits))}")
+    to_index = _tfds_label_map(spec, builder)
+    collector = _Collector(spec, source, on_bad)
+    dataset = builder.as_dataset(split=split, shuffle_files=False)
+    n = 0
+    for batch in dataset.batch(4096).as_numpy_iterator():
+        for i, label in enumerate(batch["label"]):
+            n += 1
+            where = f"{source} example {n}"
+            try:
+                texts = [batch[column][i].decode("utf-8") for column in spec.text_columns]
+            except UnicodeDecodeError:
+                raise GlueDataError(f"{where}: invalid UTF-8") from None
+            if spec.is_regression:
+                score = float(label)
+                low, high = spec.score_range
+                if not (math.isfinite(score) and low <= score <= high):
+                    collector.bad(where, f"score {score:g} is outside {low:g}..{high:g}")
+                    continue
+                collector.add(where, texts, score)
+            elif 0 <= label < len(to_index):
+                collector.add(where, texts, to_index[label])
+            else:  # -1: the test splits' missing labels
+                collector.bad(where, f"no label ({label})")
+    return collector.examples()
+
+
+def _tfds_label_map(spec: TaskSpec, builder) -> list[int]:
+    """TFDS class id → our class index, matched by name (MNLI's orders differ)."""
+    if spec.is_regression:
+        return []
+    names = list(builder.info.features["label"].names)
+    if sorted(names) != sorted(spec.tfds_label_names):
+        raise GlueDataError(f"{spec.tfds_name}: its labels {names} are not "
+                            f"{list(spec.tfds_label_names)}")
+    return [spec.tfds_label_names.index(name) for name in names]
+
+
+# ---------------------------------------------------------------------------- one entry
+
+
+def load(task: str, split: str, data_dir: str | None = None,
+         tfds_data_dir: str | None = None, on_bad: str = "error") -> Examples:
+    """The examples of `split` ("train" or one of `TASKS[task].eval_splits`).
+
+    From GLUE's TSVs in `data_dir` when it is given, otherwise from TFDS `glue/<task>`
+    prepared in `tfds_data_dir` (TFDS's default dir when None). Never downloads.
+    """
+    spec = get_task(task)
+    _check_split(spec, split)
+    if data_dir:
+        return read_tsv(spec.name, find_file(spec.name, split, data_dir), on_bad)
+    return _read_tfds(spec, split, tfds_data_dir, on_bad)

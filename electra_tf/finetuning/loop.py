@@ -1,0 +1,242 @@
+"""Fine-tuning on a GLUE task: `finetune(config, workdir)`.
+
+    init_checkpoint (a pre-training run) ─► discriminator encoder ─► Classifier
+    GLUE TSVs or TFDS ─► glue.Examples ─► tf.data: TextPacker (the serving tokenization)
+    ─► steps under the strategy: loss (CE, or MSE for STS-B) / global batch ─► gradients
+       all-reduced ─► LayerwiseAdamW (clip 1.0, warm-up, linear decay, layer-wise lr)
+    every eval_every steps and at the end: dev metrics (glue_metrics) ─► TensorBoard,
+       results.json, the best checkpoint (by the task's primary metric) in DIR/best
+    DIR/export/<step>: the best model as a SavedModel (serving.export.export_classifier)
+
+Re-running the same command resumes from DIR/checkpoints.
+"""
+
+import json
+import math
+import os
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from electra_tf import errors
+from electra_tf import progress
+from electra_tf.data import writer
+from electra_tf.finetuning import glue
+from electra_tf.finetuning import glue_metrics
+from electra_tf.finetuning import model as model_lib
+from electra_tf.serving import export
+from electra_tf.training import distribute
+from electra_tf.training import optimizer as optimizer_lib
+from electra_tf.training import summaries
+
+SUM = tf.distribute.ReduceOp.SUM
+
+
+def load_pretrained(init_checkpoint: str):
+    """(vocab, restored ElectraPretrainer, lower_case) from a pre-training workdir or one
+    of its checkpoint prefixes (RUN/checkpoints/ckpt-N)."""
+    if not init_checkpoint:
+        raise errors.UserError("config.init_checkpoint is empty: give the pre-training "
+                               "run's directory (or one of its checkpoints)")
+    if tf.io.gfile.isdir(init_checkpoint):
+        workdir, checkpoint = init_checkpoint, None
+    else:
+        workdir, checkpoint = os.path.dirname(os.path.dirname(init_checkpoint)), init_checkpoint
+    try:
+        run_config, vocab, pretrained, _ = export.load_run(workdir, checkpoint)
+    except errors.UserError as e:
+        raise errors.UserError(f"config.init_checkpoint={init_checkpoint!r}: {e}") from None
+    return vocab, pretrained, export.lower_case_of(run_config)
+
+
+def _dataset(examples: glue.Examples, packer, batch_size, training, seed, epoch=0):
+    text_b = examples.text_b if examples.text_b is not None else [""] * len(examples)
+    data = tf.data.Dataset.from_tensor_slices(
+        (list(examples.text_a), list(text_b), examples.labels))
+    if training:
+        data = data.shuffle(len(examples), seed=seed + epoch)
+    data = data.batch(batch_size, drop_remainder=training)
+    pair = examples.text_b is not None
+
+    def pack(a, b, labels):
+        ids, mask, segments = packer.pack(a, b) if pair else packer.pack(a)
+        return {"input_ids": ids, "input_mask": mask, "segment_ids": segments}, labels
+    return data.map(pack, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+class FineTuner:
+    """Model, optimizer and compiled steps of one fine-tuning run."""
+
+    def __init__(self, config, strategy, task: glue.TaskSpec, encoder, steps: int):
+        self.config, self.strategy, self.task = config, strategy, task
+        self.global_batch = config.train.batch_size
+        if self.global_batch % strategy.num_replicas_in_sync:
+            raise errors.UserError(
+                f"config.train.batch_size={self.global_batch} is not divisible by the "
+                f"{strategy.num_replicas_in_sync} replicas")
+        with strategy.scope():
+            self.model = model_lib.Classifier(encoder, task.num_labels,
+                                              dropout=config.model.dropout, name="classifier")
+            seq = config.data.max_seq_length
+            self.model({"input_ids": tf.zeros([1, seq], tf.int32),
+                        "input_mask": tf.ones([1, seq], tf.int32),
+                        "segment_ids": tf.zeros([1, seq], tf.int32)})
+            warmup = int(config.train.warmup_proportion * steps)
+            self.optimizer = model_lib.LayerwiseAdamW(
+                model_lib.learning_rate_multipliers(self.model, config.train.layerwise_lr_decay),
+                learning_rate=optimizer_lib.WarmupLinearDecay(config.train.learning_rate,
+                                                              warmup, steps),
+                weight_decay=config.train.weight_decay, beta_1=0.9, beta_2=0.999,
+                epsilon=1e-6, global_clipnorm=config.train.clip_norm or None)
+            self.optimizer.exclude_from_weight_decay(
+                var_list=optimizer_lib.no_decay_variables(self.model))
+            self.optimizer.build(self.model.trainable_variables)
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self.train_steps = tf.function(self._train_steps)
+        self.predict = tf.function(lambda x: self.model(x, training=False))
+
+    def _loss(self, logits, labels):
+        if self.task.is_regression:
+            per_example = tf.square(logits[:, 0] - tf.cast(labels, tf.float32))
+        else:
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=tf.cast(labels, tf.int32), logits=logits)
+        return tf.reduce_sum(per_example) / self.global_batch  # this replica's share
+
+    def _replica_step(self, inputs, labels):
+        with tf.GradientTape() as tape:
+            loss = self._loss(self.model(inputs, training=True), labels)
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        return loss
+
+    def _train_steps(self, iterator, num_steps):
+        total = tf.constant(0.0)
+        for _ in tf.range(num_steps):
+            inputs, labels = next(iterator)
+            loss = self.strategy.run(self._replica_step, args=(inputs, labels))
+            total += self.strategy.reduce(SUM, loss, axis=None)
+            self.step.assign_add(1)
+        return total / tf.cast(num_steps, tf.float32)
+
+    def evaluate(self, dataset) -> tuple[np.ndarray, np.ndarray]:
+        predictions, labels = [], []
+        for inputs, batch_labels in dataset:
+            logits = self.predict(inputs).numpy()
+            predictions.append(logits[:, 0] if self.task.is_regression else logits.argmax(-1))
+            labels.append(batch_labels.numpy())
+        return np.concatenate(predictions), np.concatenate(labels)
+
+
+def finetune(config, workdir: str, strategy=None) -> dict:
+    """Fine-tunes on `config.task`; returns the best evaluation's metrics per dev split."""
+    if config.task not in glue.TASKS:
+        raise errors.UserError(f"config.task={config.task!r}: choose one of "
+                               f"{', '.join(glue.TASKS)}")
+    task = glue.TASKS[config.task]
+    strategy = strategy or distribute.get_strategy(config.runtime)
+    with strategy.scope():  # the encoder's variables must belong to the strategy
+        vocab, pretrained, lower_case = load_pretrained(config.init_checkpoint)
+    if config.data.max_seq_length > pretrained.max_sequence_length:
+        raise errors.UserError(f"config.data.max_seq_length={config.data.max_seq_length} "
+                               f"exceeds the model's {pretrained.max_sequence_length} positions")
+    load = dict(data_dir=config.data.dir or None, tfds_data_dir=config.data.tfds_data_dir or None,
+                on_bad=config.data.on_bad)
+    train = glue.load(task.name, "train", **load)
+    evals = {split: glue.load(task.name, split, **load) for split in task.eval_splits}
+    for name, examples in [("train", train)] + list(evals.items()):
+        logging.info("%s %s: %d examples from %s (%d skipped%s)", task.name, name,
+                     len(examples), examples.source, examples.skipped,
+                     f"; first: {examples.first_skipped}" if examples.skipped else "")
+    if task.double_unordered:  # the original also trains on (text_b, text_a) for these
+        train = glue.Examples(train.text_a + train.text_b, train.text_b + train.text_a,
+                              np.concatenate([train.labels, train.labels]), train.source,
+                              train.skipped)
+
+    batch = config.train.batch_size
+    steps_per_epoch = len(train) // batch
+    if steps_per_epoch < 1:
+        raise errors.UserError(f"config.train.batch_size={batch}: the training set has only "
+                               f"{len(train)} examples")
+    steps = math.ceil(config.train.epochs * steps_per_epoch)
+    packer = export.TextPacker(vocab, config.data.max_seq_length, lower_case)
+    tuner = FineTuner(config, strategy, task, pretrained.discriminator, steps)
+
+    checkpoint = tf.train.Checkpoint(step=tuner.step, model=tuner.model,
+                                     optimizer=tuner.optimizer)
+    manager = tf.train.CheckpointManager(checkpoint, os.path.join(workdir, "checkpoints"),
+                                         max_to_keep=1, step_counter=tuner.step)
+    best_manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=tuner.model),
+                                              os.path.join(workdir, "best"), max_to_keep=1)
+    results_path = os.path.join(workdir, "results.json")
+    state = {"task": task.name, "best": None, "evaluations": []}
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        if tf.io.gfile.exists(results_path):
+            with tf.io.gfile.GFile(results_path) as f:
+                state = json.load(f)
+        logging.info("Resumed from %s at step %d", manager.latest_checkpoint,
+                     int(tuner.step.numpy()))
+    tf.io.gfile.makedirs(workdir)
+    writer.write_json_atomic(config.to_dict(), os.path.join(workdir, "config.json"))
+    vocab_copy = os.path.join(workdir, "vocab.txt")
+    if not tf.io.gfile.exists(vocab_copy):
+        tf.io.gfile.copy(vocab.path, vocab_copy)
+    train_writer = tf.summary.create_file_writer(os.path.join(workdir, "logs", "train"))
+    eval_writers = {s: tf.summary.create_file_writer(os.path.join(workdir, "logs", s))
+                    for s in evals}
+    summaries.write_config(train_writer, config)
+    eval_data = {s: _dataset(e, packer, batch, False, config.train.seed)
+                 for s, e in evals.items()}
+
+    step = start = int(tuner.step.numpy())
+    bar = progress.Progress(steps - step, unit="steps")
+    eval_every = config.train.eval_every or steps_per_epoch
+    while step < steps:
+        epoch, offset = divmod(step, steps_per_epoch)
+        data = _dataset(train, packer, batch, True, config.train.seed, epoch).skip(offset)
+        iterator = iter(strategy.experimental_distribute_dataset(data))
+        while offset < steps_per_epoch and step < steps:
+            n = min(steps_per_epoch - offset, steps - step, eval_every - step % eval_every)
+            loss = float(tuner.train_steps(iterator, tf.constant(n)))
+            step, offset = step + n, offset + n
+            summaries.write_scalars(train_writer, {
+                "loss": loss, "learning_rate": float(tuner.optimizer.learning_rate)}, step)
+            bar.update(step - start, force=step == steps, loss=loss)
+            if step % eval_every == 0 or step == steps:
+                _evaluate(tuner, task, eval_data, eval_writers, state, step, best_manager)
+                writer.write_json_atomic(state, results_path)
+                manager.save(checkpoint_number=step)
+    if state["best"] is None:  # resumed after the last evaluation had been written
+        _evaluate(tuner, task, eval_data, eval_writers, state, step, best_manager)
+        writer.write_json_atomic(state, results_path)
+
+    # Export the best model: restore its weights, write the SavedModel, keep going.
+    best = best_manager.latest_checkpoint
+    tf.train.Checkpoint(model=tuner.model).read(best).assert_existing_objects_matched()
+    output = os.path.join(workdir, "export", str(state["best"]["step"]))
+    if not tf.io.gfile.exists(output):
+        export.export_classifier(tuner.model, vocab, task, config.data.max_seq_length,
+                                 output, lower_case=lower_case)
+    state["export"] = output
+    writer.write_json_atomic(state, results_path)
+    return state["best"]["metrics"]
+
+
+def _evaluate(tuner, task, eval_data, eval_writers, state, step, best_manager):
+    metrics = {}
+    for split, data in eval_data.items():
+        predictions, labels = tuner.evaluate(data)
+        metrics[split] = glue_metrics.compute(task.name, predictions, labels)
+        summaries.write_scalars(eval_writers[split], metrics[split], step)
+        logging.info("eval %s at step %d: %s", split, step,
+                     " ".join(f"{k} {v:.4f}" for k, v in metrics[split].items()))
+    first = task.eval_splits[0]
+    score = metrics[first][task.primary_metric]
+    state["evaluations"].append({"step": step, "metrics": metrics})
+    if state["best"] is None or score > state["best"]["score"]:
+        state["best"] = {"step": step, "score": score, "metric": f"{first}/{task.primary_metric}",
+                         "metrics": metrics}
+        best_manager.save(checkpoint_number=step)

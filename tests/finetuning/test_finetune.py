@@ -1,0 +1,185 @@
+"""Fine-tuning end to end on toy GLUE-format TSVs, layer-wise rates, the classifier export."""
+
+import csv
+import json
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from configs import finetune as finetune_configs  # pylint: disable=g-bad-import-order
+from electra_tf.finetuning import loop
+from electra_tf.finetuning import model as model_lib
+from electra_tf.model import encoder
+from tests import helpers
+from tests.serving.test_export import _session_run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SEQ = 16
+FILLER = [w for w in helpers.WORDS if w not in ("happy", "sad", "big", "small")]
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A tiny 'pre-trained' run (random weights): config.json, vocab.txt, a checkpoint."""
+    workdir = tmp_path_factory.mktemp("pretrained")
+    helpers.write_pretrained_run(workdir, SEQ)
+    return str(workdir)
+
+
+def _sentence(rng, keyword):
+    words = [rng.choice(FILLER) for _ in range(rng.randint(2, 6))]
+    words.insert(rng.randint(0, len(words)), keyword)
+    return " ".join(words)
+
+
+def _write(path, header, rows):
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        out = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, lineterminator="\n")
+        if header:
+            out.writerow(header)
+        out.writerows(rows)
+
+
+def _toy_task(directory, task, n, seed):
+    """GLUE-layout TSVs of a separable toy task: the label is a keyword's presence."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        positive = rng.random() < 0.5
+        if task == "sst2":
+            rows.append([_sentence(rng, "happy" if positive else "sad"), int(positive)])
+        elif task == "rte":
+            rows.append([i, _sentence(rng, rng.choice(FILLER)),
+                         _sentence(rng, "big" if positive else "small"),
+                         "entailment" if positive else "not_entailment"])
+        else:  # stsb: a score, 4.5-5 with the keyword, 0-0.5 without
+            score = rng.uniform(4.5, 5.0) if positive else rng.uniform(0.0, 0.5)
+            rows.append(["0", "g", "f", "y", "0", "s1", "s2", _sentence(rng, "red"),
+                         _sentence(rng, "big" if positive else "small"), f"{score:.2f}"])
+    return rows
+
+
+def _toy_data(tmp_path, task, num_train, num_dev):
+    """DIR/train.tsv and DIR/dev.tsv of a toy task; returns DIR."""
+    data = tmp_path / "data"
+    data.mkdir()
+    _write(data / "train.tsv", HEADERS[task], _toy_task(data, task, num_train, seed=0))
+    _write(data / "dev.tsv", HEADERS[task], _toy_task(data, task, num_dev, seed=1))
+    return data
+
+
+HEADERS = {"sst2": ["sentence", "label"], "rte": ["index", "sentence1", "sentence2", "label"],
+           "stsb": ["index", "genre", "filename", "year", "old_index", "source1", "source2",
+                    "sentence1", "sentence2", "score"]}
+
+
+def _config(task, pretrained, data_dir, **train):
+    config = finetune_configs.get_config(task)
+    config.init_checkpoint = pretrained
+    config.data.dir = data_dir
+    config.data.max_seq_length = SEQ
+    config.train.batch_size = 16
+    config.train.learning_rate = 2e-3
+    config.train.epochs = 6
+    config.runtime.strategy = "one_device"
+    for key, value in train.items():
+        config.train[key] = value
+    return config
+
+
+@pytest.mark.parametrize("task, metric, chance", [
+    ("sst2", "accuracy", 0.5), ("rte", "accuracy", 0.5), ("stsb", "spearman", 0.0)])
+def test_toy_task_beats_chance_and_writes_results(task, metric, chance, pretrained, tmp_path):
+    data = _toy_data(tmp_path, task, 192, 64)
+    workdir = str(tmp_path / "run")
+    best = loop.finetune(_config(task, pretrained, str(data)), workdir)
+    print(task, best)  # the figures of the closing note (pytest -s)
+    assert best["validation"][metric] > chance + 0.25, best
+
+    results = json.load(open(os.path.join(workdir, "results.json")))
+    assert results["task"] == task and len(results["evaluations"]) == 6  # once per epoch
+    assert results["best"]["metrics"] == best
+    assert tf.train.latest_checkpoint(os.path.join(workdir, "best"))
+    assert os.path.exists(os.path.join(results["export"], "saved_model.pb"))
+
+
+def test_layerwise_rates_for_every_variable():
+    embeddings = encoder.Embeddings(vocabulary_size=30, embedding_size=8)
+    enc = encoder.Encoder(embeddings, hidden_size=16, num_layers=3, num_heads=2,
+                          intermediate_size=32)
+    model = model_lib.Classifier(enc, num_labels=2)
+    model({"input_ids": np.zeros((1, 4), "int32"), "input_mask": np.ones((1, 4), "int32"),
+           "segment_ids": np.zeros((1, 4), "int32")})
+    rates = model_lib.learning_rate_multipliers(model, decay=0.5)
+    assert set(rates) == {v.path for v in model.trainable_weights}
+    for v in model.trainable_weights:
+        if "/embeddings/" in v.path or "embeddings_projection" in v.path:
+            want = 0.5 ** 5  # depth 0: decay^(3 + 2)
+        elif "transformer_layer_" in v.path:
+            layer = int(v.path.split("transformer_layer_")[1].split("/")[0])
+            want = 0.5 ** (3 + 1 - layer)  # depth layer + 1
+        else:
+            assert "task_output" in v.path, v.path
+            want = 1.0
+        assert rates[v.path] == pytest.approx(want), v.path
+
+    # The optimizer applies them: Adam's first step moves each weight by ~lr·rate.
+    optimizer = model_lib.LayerwiseAdamW(rates, learning_rate=1e-2, weight_decay=0.0)
+    optimizer.build(model.trainable_variables)
+    before = [v.numpy() for v in model.trainable_variables]
+    optimizer.apply_gradients(zip([tf.ones_like(v) for v in model.trainable_variables],
+                                  model.trainable_variables))
+    for v, old in zip(model.trainable_variables, before):
+        np.testing.assert_allclose(old - v.numpy(), 1e-2 * rates[v.path], rtol=1e-3,
+                                   err_msg=v.path)
+
+
+def test_exported_classifier_runs_in_the_session_loader(pretrained, tmp_path):
+    data = _toy_data(tmp_path, "rte", 32, 16)
+    workdir = str(tmp_path / "run")
+    loop.finetune(_config("rte", pretrained, str(data), epochs=1), workdir)
+    export_dir = json.load(open(os.path.join(workdir, "results.json")))["export"]
+    texts, pairs = ["the cat sat", ""], ["it was big", "small"]
+    got = _session_run(export_dir, {"serving_default": {"text": texts, "text_pair": pairs}},
+                       str(tmp_path / "out"))["serving_default"]
+    assert got["probabilities"].shape == (2, 2)
+    np.testing.assert_allclose(got["probabilities"].sum(-1), 1.0, rtol=1e-5)
+    assert set(got["label"].astype(str)) <= {"entailment", "not_entailment"}
+    loaded = tf.saved_model.load(export_dir)
+    direct = loaded.signatures["serving_default"](text=tf.constant(texts),
+                                                  text_pair=tf.constant(pairs))
+    np.testing.assert_allclose(got["probabilities"], direct["probabilities"], atol=1e-6)
+
+
+def test_binary_resumes_and_refuses_bad_input(pretrained, tmp_path):
+    data = _toy_data(tmp_path, "sst2", 48, 16)
+    workdir = str(tmp_path / "run")
+    command = [sys.executable, "-m", "electra_tf.finetune",
+               "--config=configs/finetune.py:sst2", f"--workdir={workdir}",
+               f"--config.init_checkpoint={pretrained}", f"--config.data.dir={data}",
+               f"--config.data.max_seq_length={SEQ}", "--config.train.batch_size=16",
+               "--config.runtime.strategy=one_device"]
+    result = subprocess.run(command + ["--config.train.epochs=1"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "best validation: accuracy=" in result.stdout
+    result = subprocess.run(command + ["--config.train.epochs=2"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Resumed from" in result.stderr
+    steps = [e["step"] for e in json.load(open(os.path.join(workdir, "results.json")))
+             ["evaluations"]]
+    assert steps == [3, 6]
+
+    with open(data / "train.tsv", "a", encoding="utf-8") as f:
+        f.write("a sentence with a bad label\t7\n")
+    bad = subprocess.run(command + [f"--workdir={tmp_path / 'bad'}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2, bad.stderr[-2000:]
+    last = bad.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and "train.tsv" in last and ":50" in last, last
