@@ -25,7 +25,7 @@ def get_config(arg: str = "mrpc") -> ml_collections.ConfigDict:
         raise ValueError(f"configs/finetune.py: unknown size {size!r}; choose one of "
                          f"{', '.join(task.learning_rate)}")
     config = ml_collections.ConfigDict()
-    config.task = task_name
+    config.task = task_name               # from TASK above: the defaults below are its own
     config.init_checkpoint = ""   # the pre-training run's workdir (or RUN/checkpoints/ckpt-N)
 
     config.data = ml_collections.ConfigDict()
@@ -46,6 +46,7 @@ def get_config(arg: str = "mrpc") -> ml_collections.ConfigDict:
     config.train.weight_decay = task.weight_decay_rate   # original: 0.01
     config.train.clip_norm = 1.0                         # original: 1.0
     config.train.eval_every = 0           # steps between dev evaluations; 0 = every epoch
+    config.train.steps_per_loop = 100     # steps per tf.function call (and log line)
     config.train.seed = 0
 
     config.runtime = ml_collections.ConfigDict()

@@ -41,6 +41,9 @@ def load_pretrained(init_checkpoint: str):
                                "run's directory (or one of its checkpoints)")
     if tf.io.gfile.isdir(init_checkpoint):
         workdir, checkpoint = init_checkpoint, None
+    elif not tf.io.gfile.exists(init_checkpoint + ".index"):
+        raise errors.UserError(f"config.init_checkpoint={init_checkpoint!r}: neither a run "
+                               "directory nor a checkpoint prefix (RUN/checkpoints/ckpt-N)")
     else:
         workdir, checkpoint = os.path.dirname(os.path.dirname(init_checkpoint)), init_checkpoint
     try:
@@ -97,8 +100,9 @@ class FineTuner:
         self.predict = tf.function(lambda x: self.model(x, training=False))
 
     def _loss(self, logits, labels):
-        if self.task.is_regression:
-            per_example = tf.square(logits[:, 0] - tf.cast(labels, tf.float32))
+        if self.task.is_regression:  # the original regresses score / max (STS-B: / 5)
+            target = tf.cast(labels, tf.float32) / self.task.score_range[1]
+            per_example = tf.square(logits[:, 0] - target)
         else:
             per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
                 labels=tf.cast(labels, tf.int32), logits=logits)
@@ -125,16 +129,44 @@ class FineTuner:
         predictions, labels = [], []
         for inputs, batch_labels in dataset:
             logits = self.predict(inputs).numpy()
-            predictions.append(logits[:, 0] if self.task.is_regression else logits.argmax(-1))
+            predictions.append(logits[:, 0] * self.task.score_range[1] if self.task.is_regression
+                               else logits.argmax(-1))
             labels.append(batch_labels.numpy())
         return np.concatenate(predictions), np.concatenate(labels)
 
 
-def finetune(config, workdir: str, strategy=None) -> dict:
-    """Fine-tunes on `config.task`; returns the best evaluation's metrics per dev split."""
+def _check_config(config, workdir):
+    """One-line errors for values that cannot work, and for a resume whose config
+    disagrees with the run's (the data position and the head depend on them)."""
     if config.task not in glue.TASKS:
         raise errors.UserError(f"config.task={config.task!r}: choose one of "
                                f"{', '.join(glue.TASKS)}")
+    for key, low in (("train.batch_size", 1), ("train.epochs", 1e-9),
+                     ("data.max_seq_length", 3), ("train.steps_per_loop", 1)):
+        section, name = key.split(".")
+        if not config[section][name] >= low:
+            raise errors.UserError(f"config.{key}={config[section][name]} must be >= {low:g}")
+    if config.runtime.strategy in ("tpu", "multi_worker"):
+        raise errors.UserError(f"config.runtime.strategy={config.runtime.strategy}: "
+                               "fine-tuning runs on one machine (auto, mirrored or one_device)")
+    saved_path = os.path.join(workdir, "config.json")
+    if tf.io.gfile.exists(saved_path):
+        with tf.io.gfile.GFile(saved_path) as f:
+            saved = json.load(f)
+        for section, name in ((None, "task"), ("train", "batch_size"), ("train", "seed"),
+                              ("data", "max_seq_length")):
+            old = saved.get(name) if section is None else saved.get(section, {}).get(name)
+            new = config[name] if section is None else config[section][name]
+            key = name if section is None else f"{section}.{name}"
+            if old is not None and old != new:
+                raise errors.UserError(f"config.{key}={new} differs from the run in {workdir} "
+                                       f"({old}); resume with the same value or use a new "
+                                       "--workdir")
+
+
+def finetune(config, workdir: str, strategy=None) -> dict:
+    """Fine-tunes on `config.task`; returns the best evaluation's metrics per dev split."""
+    _check_config(config, workdir)
     task = glue.TASKS[config.task]
     strategy = strategy or distribute.get_strategy(config.runtime)
     with strategy.scope():  # the encoder's variables must belong to the strategy
@@ -144,8 +176,13 @@ def finetune(config, workdir: str, strategy=None) -> dict:
                                f"exceeds the model's {pretrained.max_sequence_length} positions")
     load = dict(data_dir=config.data.dir or None, tfds_data_dir=config.data.tfds_data_dir or None,
                 on_bad=config.data.on_bad)
-    train = glue.load(task.name, "train", **load)
-    evals = {split: glue.load(task.name, split, **load) for split in task.eval_splits}
+    try:
+        train = glue.load(task.name, "train", **load)
+        evals = {split: glue.load(task.name, split, **load) for split in task.eval_splits}
+    except errors.UserError as e:
+        where = (f"config.data.dir={config.data.dir!r}" if config.data.dir else
+                 f"config.data.tfds_data_dir={config.data.tfds_data_dir!r}")
+        raise type(e)(f"{where}: {e}") from None
     for name, examples in [("train", train)] + list(evals.items()):
         logging.info("%s %s: %d examples from %s (%d skipped%s)", task.name, name,
                      len(examples), examples.source, examples.skipped,
@@ -168,8 +205,7 @@ def finetune(config, workdir: str, strategy=None) -> dict:
                                      optimizer=tuner.optimizer)
     manager = tf.train.CheckpointManager(checkpoint, os.path.join(workdir, "checkpoints"),
                                          max_to_keep=1, step_counter=tuner.step)
-    best_manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=tuner.model),
-                                              os.path.join(workdir, "best"), max_to_keep=1)
+    best_dir = os.path.join(workdir, "best")
     results_path = os.path.join(workdir, "results.json")
     state = {"task": task.name, "best": None, "evaluations": []}
     if manager.latest_checkpoint:
@@ -177,6 +213,9 @@ def finetune(config, workdir: str, strategy=None) -> dict:
         if tf.io.gfile.exists(results_path):
             with tf.io.gfile.GFile(results_path) as f:
                 state = json.load(f)
+            # Evaluations after the restored step are replayed: drop their records.
+            restored = int(tuner.step.numpy())
+            state["evaluations"] = [e for e in state["evaluations"] if e["step"] <= restored]
         logging.info("Resumed from %s at step %d", manager.latest_checkpoint,
                      int(tuner.step.numpy()))
     tf.io.gfile.makedirs(workdir)
@@ -199,22 +238,30 @@ def finetune(config, workdir: str, strategy=None) -> dict:
         data = _dataset(train, packer, batch, True, config.train.seed, epoch).skip(offset)
         iterator = iter(strategy.experimental_distribute_dataset(data))
         while offset < steps_per_epoch and step < steps:
-            n = min(steps_per_epoch - offset, steps - step, eval_every - step % eval_every)
+            n = min(steps_per_epoch - offset, steps - step, eval_every - step % eval_every,
+                    config.train.steps_per_loop)
             loss = float(tuner.train_steps(iterator, tf.constant(n)))
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"loss is {loss} between steps {step} and {step + n}; "
+                                         "the last good checkpoint is the latest in "
+                                         f"{manager.directory}")
             step, offset = step + n, offset + n
             summaries.write_scalars(train_writer, {
                 "loss": loss, "learning_rate": float(tuner.optimizer.learning_rate)}, step)
             bar.update(step - start, force=step == steps, loss=loss)
             if step % eval_every == 0 or step == steps:
-                _evaluate(tuner, task, eval_data, eval_writers, state, step, best_manager)
+                _evaluate(tuner, task, eval_data, eval_writers, state, step, best_dir)
                 writer.write_json_atomic(state, results_path)
+                _remove_other_best(best_dir, state["best"]["step"])
                 manager.save(checkpoint_number=step)
-    if state["best"] is None:  # resumed after the last evaluation had been written
-        _evaluate(tuner, task, eval_data, eval_writers, state, step, best_manager)
+    if state["best"] is None:  # e.g. a finished run whose results.json was removed
+        _evaluate(tuner, task, eval_data, eval_writers, state, step, best_dir)
         writer.write_json_atomic(state, results_path)
 
     # Export the best model: restore its weights, write the SavedModel, keep going.
-    best = best_manager.latest_checkpoint
+    best = _best_prefix(best_dir, state["best"]["step"])
+    if not tf.io.gfile.exists(best + ".index"):
+        raise errors.UserError(f"{best}: the best checkpoint results.json names is missing")
     tf.train.Checkpoint(model=tuner.model).read(best).assert_existing_objects_matched()
     output = os.path.join(workdir, "export", str(state["best"]["step"]))
     if not tf.io.gfile.exists(output):
@@ -225,7 +272,19 @@ def finetune(config, workdir: str, strategy=None) -> dict:
     return state["best"]["metrics"]
 
 
-def _evaluate(tuner, task, eval_data, eval_writers, state, step, best_manager):
+def _best_prefix(best_dir, step):
+    return os.path.join(best_dir, f"ckpt-{step}")
+
+
+def _remove_other_best(best_dir, keep_step):
+    """Older best checkpoints go only once results.json names the new one."""
+    keep = os.path.basename(_best_prefix(best_dir, keep_step))
+    for path in tf.io.gfile.glob(os.path.join(best_dir, "ckpt-*")):
+        if not os.path.basename(path).startswith(keep + "."):
+            tf.io.gfile.remove(path)
+
+
+def _evaluate(tuner, task, eval_data, eval_writers, state, step, best_dir):
     metrics = {}
     for split, data in eval_data.items():
         predictions, labels = tuner.evaluate(data)
@@ -239,4 +298,4 @@ def _evaluate(tuner, task, eval_data, eval_writers, state, step, best_manager):
     if state["best"] is None or score > state["best"]["score"]:
         state["best"] = {"step": step, "score": score, "metric": f"{first}/{task.primary_metric}",
                          "metrics": metrics}
-        best_manager.save(checkpoint_number=step)
+        tf.train.Checkpoint(model=tuner.model).write(_best_prefix(best_dir, step))

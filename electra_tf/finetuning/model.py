@@ -2,8 +2,8 @@
 
     [CLS] vector of the discriminator's sequence output → dropout(0.1) → dense(num_labels)
 
-(one unit, no activation, for STS-B's regression), as the original ELECTRA's
-classification tasks. Only the discriminator is restored from a pre-training run; the
+(one unit, no activation, for STS-B's regression, trained on the score / 5 as the
+original), as the original ELECTRA's classification tasks. Only the discriminator is restored from a pre-training run; the
 generator is never built into the classifier.
 
 Layer-wise learning-rate decay (the original's `layerwise_lr_decay`): a variable at depth
@@ -42,9 +42,8 @@ class Classifier(keras.Model):
         self.encoder = encoder
         self.num_labels = num_labels
         self.head_dropout = keras.layers.Dropout(dropout, name="task_dropout")
-        self.head = keras.layers.Dense(num_labels,
-                                       kernel_initializer=encoder_lib.initializer(),
-                                       name="task_output")
+        # The original's tf.layers.dense default: Glorot-uniform (Keras' default too).
+        self.head = keras.layers.Dense(num_labels, name="task_output")
 
     def call(self, inputs, training=None):
         sequence = self.encoder({"token_ids": inputs["input_ids"],

@@ -9,6 +9,8 @@ derives each element's keep/drop bit from a hash of (seed, element index): two r
 the murmur3 32-bit finaliser, a handful of integer ops that XLA fuses into the consumer
 (~0.1 ns per element). The keep probability is exact to 2^-32; masks are
 statistically independent across elements and calls (tests/model/test_dropout.py).
+Under a distribution strategy every replica draws the same seeds, so replicas share masks
+(on different examples), as with Keras' own `Dropout`.
 
 Everything else is Keras' `Dropout`: same arguments, same `1 / (1 - rate)` scaling, a
 no-op outside training. `noise_shape` is not supported (nothing here uses it).

@@ -37,6 +37,7 @@ import os
 import tempfile
 
 import keras
+from absl import logging
 import ml_collections
 import numpy as np
 import tensorflow as tf
@@ -131,6 +132,9 @@ def load_run(workdir: str, checkpoint: str | None = None, vocab_file: str | None
                                "run's directory (python -m electra_tf.train --workdir=...)")
     with tf.io.gfile.GFile(config_path) as f:
         config = ml_collections.ConfigDict(json.load(f))
+    if "model" not in config or "size" not in config.model:
+        raise errors.UserError(f"{config_path}: not a pre-training run's config (no "
+                               "model.size); give the pre-training run's directory")
     vocab = tokenizer_lib.Vocab.load(vocab_file or os.path.join(workdir, "vocab.txt"))
     path = checkpoint or tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
     if not path:
@@ -162,6 +166,8 @@ def lower_case_of(config, default: bool = True) -> bool:
             manifest = pipeline.load_manifest(part)
             if manifest and "tokenizer" in manifest:
                 return bool(manifest["tokenizer"]["lower_case_nfd_strip_accents"])
+    logging.warning("The training data's manifest (config.data.train_files) is not reachable: "
+                    "assuming lower_case=%s; pass --lower_case if the vocab is cased", default)
     return default
 
 
@@ -219,8 +225,8 @@ def export_classifier(model, vocab: tokenizer_lib.Vocab, task, max_seq_length: i
     def classify(ids, mask, segments):
         logits = model({"input_ids": ids, "input_mask": mask, "segment_ids": segments},
                        training=False)
-        if task.is_regression:
-            return {"score": logits[:, 0]}
+        if task.is_regression:  # trained on score / max: back to the task's scale
+            return {"score": logits[:, 0] * task.score_range[1]}
         probabilities = tf.nn.softmax(logits)
         return {"probabilities": probabilities,
                 "label": tf.gather(names, tf.argmax(probabilities, -1))}

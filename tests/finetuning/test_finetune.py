@@ -104,7 +104,10 @@ def test_toy_task_beats_chance_and_writes_results(task, metric, chance, pretrain
     results = json.load(open(os.path.join(workdir, "results.json")))
     assert results["task"] == task and len(results["evaluations"]) == 6  # once per epoch
     assert results["best"]["metrics"] == best
-    assert tf.train.latest_checkpoint(os.path.join(workdir, "best"))
+    best_step = results["best"]["step"]  # only the best checkpoint is kept
+    assert sorted(os.listdir(os.path.join(workdir, "best"))) == [
+        f"ckpt-{best_step}.data-00000-of-00001", f"ckpt-{best_step}.index"]
+    assert results["export"].endswith(os.path.join("export", str(best_step)))
     assert os.path.exists(os.path.join(results["export"], "saved_model.pb"))
 
 
@@ -183,3 +186,37 @@ def test_binary_resumes_and_refuses_bad_input(pretrained, tmp_path):
     assert bad.returncode == 2, bad.stderr[-2000:]
     last = bad.stderr.strip().splitlines()[-1]
     assert last.startswith("error:") and "train.tsv" in last and ":50" in last, last
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"init_checkpoint": "/nonexistent/ckpt-3"}, "neither a run directory"),
+    ({"train.batch_size": 0}, "config.train.batch_size=0 must be >= 1"),
+    ({"train.epochs": 0.0}, "config.train.epochs=0.0 must be"),
+    ({"data.max_seq_length": 2}, "config.data.max_seq_length=2 must be >= 3"),
+    ({"runtime.strategy": "multi_worker"}, "fine-tuning runs on one machine"),
+    ({"data.dir": "/nonexistent/glue"}, "config.data.dir='/nonexistent/glue'"),
+])
+def test_bad_config_is_a_one_line_error(override, message, pretrained, tmp_path):
+    from electra_tf import errors  # pylint: disable=g-import-not-at-top
+    data = _toy_data(tmp_path, "sst2", 32, 16)
+    config = _config("sst2", pretrained, str(data))
+    for key, value in override.items():
+        if "." in key:
+            section, name = key.split(".")
+            config[section][name] = value
+        else:
+            config[key] = value
+    with pytest.raises(errors.UserError, match=message):
+        loop.finetune(config, str(tmp_path / "run"))
+
+
+def test_resume_with_a_different_batch_size_is_refused(pretrained, tmp_path):
+    from electra_tf import errors  # pylint: disable=g-import-not-at-top
+    data = _toy_data(tmp_path, "sst2", 32, 16)
+    workdir = str(tmp_path / "run")
+    loop.finetune(_config("sst2", pretrained, str(data), epochs=1), workdir)
+    with pytest.raises(errors.UserError, match="config.train.batch_size=8 differs"):
+        loop.finetune(_config("sst2", pretrained, str(data), epochs=1, batch_size=8), workdir)
+    # A fine-tuning run is not a pre-training run.
+    with pytest.raises(errors.UserError, match="not a pre-training run"):
+        loop.finetune(_config("sst2", workdir, str(data)), str(tmp_path / "run2"))
