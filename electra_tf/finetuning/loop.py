@@ -74,10 +74,7 @@ class FineTuner:
     def __init__(self, config, strategy, task: glue.TaskSpec, encoder, steps: int):
         self.config, self.strategy, self.task = config, strategy, task
         self.global_batch = config.train.batch_size
-        if self.global_batch % strategy.num_replicas_in_sync:
-            raise errors.UserError(
-                f"config.train.batch_size={self.global_batch} is not divisible by the "
-                f"{strategy.num_replicas_in_sync} replicas")
+        distribute.local_batch_size(strategy, self.global_batch)  # or a clear error
         with strategy.scope():
             self.model = model_lib.Classifier(encoder, task.num_labels,
                                               dropout=config.model.dropout, name="classifier")

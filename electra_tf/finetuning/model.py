@@ -3,8 +3,8 @@
     [CLS] vector of the discriminator's sequence output → dropout(0.1) → dense(num_labels)
 
 (one unit, no activation, for STS-B's regression, trained on the score / 5 as the
-original), as the original ELECTRA's classification tasks. Only the discriminator is restored from a pre-training run; the
-generator is never built into the classifier.
+original), as the original ELECTRA's classification tasks. Only the discriminator is
+restored from a pre-training run; the generator is never built into the classifier.
 
 Layer-wise learning-rate decay (the original's `layerwise_lr_decay`): a variable at depth
 d trains at `lr · decay^(num_layers + 2 − d)`, with the embeddings (and their projection)
@@ -98,14 +98,8 @@ class LayerwiseAdamW(optimizer_lib.AdamW):
     def build(self, var_list):
         super().build(var_list)
         self._multipliers = [self._multiplier_by_path.get(v.path, 1.0) for v in var_list]
-        self._decays = [bool(self._decay_rate) and self._decays_variable(v) for v in var_list]
-
-    def _decays_variable(self, variable):
-        saved, self.weight_decay = self.weight_decay, self._decay_rate
-        try:
-            return self._use_weight_decay(variable)
-        finally:
-            self.weight_decay = saved
+        # Keras' exclusion lookup (exclude_from_weight_decay), not its decay: see __init__.
+        self._decays = [bool(self._decay_rate) and self._use_weight_decay(v) for v in var_list]
 
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)

@@ -177,10 +177,7 @@ def export(model: pretrainer.ElectraPretrainer, vocab: tokenizer_lib.Vocab,
     """Writes the SavedModel to `output` (a `MODEL_BASE/<integer version>` directory)."""
     _check_output(output)
     packer = TextPacker(vocab, max_seq_length, lower_case)
-    ids_spec = [tf.TensorSpec([None, max_seq_length], tf.int32, name)
-                for name in ("input_ids", "input_mask", "segment_ids")]
-    text_spec = tf.TensorSpec([None], tf.string, "text")
-    pair_spec = [text_spec, tf.TensorSpec([None], tf.string, "text_pair")]
+    ids_spec, text_spec, pair_spec = _input_specs(max_seq_length)
 
     def detect(ids, mask, segments):
         out = discriminate(model, ids, mask, segments)
@@ -218,8 +215,7 @@ def export_classifier(model, vocab: tokenizer_lib.Vocab, task, max_seq_length: i
     [B] (the task's label string), or `score` [B] for regression."""
     _check_output(output)
     packer = TextPacker(vocab, max_seq_length, lower_case)
-    ids_spec = [tf.TensorSpec([None, max_seq_length], tf.int32, name)
-                for name in ("input_ids", "input_mask", "segment_ids")]
+    ids_spec, text_spec, pair_spec = _input_specs(max_seq_length)
     names = tf.constant(list(task.label_names) or [""])
 
     def classify(ids, mask, segments):
@@ -235,10 +231,9 @@ def export_classifier(model, vocab: tokenizer_lib.Vocab, task, max_seq_length: i
     archive.track(model)
     archive.track(packer)
     texts = np.array(WARMUP_TEXTS, dtype=object)
-    text_spec = tf.TensorSpec([None], tf.string, "text")
     if len(task.text_columns) == 2:
         archive.add_endpoint("serving_default", lambda t, p: classify(*packer.pack(t, p)),
-                             [text_spec, tf.TensorSpec([None], tf.string, "text_pair")])
+                             pair_spec)
         warmup = {"text": texts, "text_pair": texts[::-1]}
     else:
         archive.add_endpoint("serving_default", lambda t: classify(*packer.pack(t)),
@@ -246,6 +241,15 @@ def export_classifier(model, vocab: tokenizer_lib.Vocab, task, max_seq_length: i
         warmup = {"text": texts}
     archive.add_endpoint("serving_ids", classify, ids_spec)
     return _write(archive, output, [("serving_default", warmup)])
+
+
+def _input_specs(max_seq_length: int):
+    """(ids, text, pair) input signatures: three [B, S] int32 id tensors, `text`, and
+    `text` + `text_pair` [B] strings."""
+    ids_spec = [tf.TensorSpec([None, max_seq_length], tf.int32, name)
+                for name in ("input_ids", "input_mask", "segment_ids")]
+    text_spec = tf.TensorSpec([None], tf.string, "text")
+    return ids_spec, text_spec, [text_spec, tf.TensorSpec([None], tf.string, "text_pair")]
 
 
 def _check_output(output: str) -> None:

@@ -84,6 +84,17 @@ def _detect(runtime) -> str:
     return "one_device"
 
 
+def local_batch_size(strategy, global_batch: int) -> int:
+    """Rows per replica of `config.train.batch_size` (the global batch), which the
+    replicas must divide."""
+    replicas = strategy.num_replicas_in_sync
+    if global_batch % replicas:
+        raise errors.UserError(
+            f"config.train.batch_size={global_batch} is not divisible by the "
+            f"{replicas} replicas of this {type(strategy).__name__}")
+    return global_batch // replicas
+
+
 def is_tpu(strategy) -> bool:
     return isinstance(strategy, tf.distribute.TPUStrategy)
 

@@ -43,12 +43,7 @@ class Trainer:
         self.strategy = strategy
         self.num_predictions = num_predictions
         self.global_batch = config.train.batch_size
-        replicas = strategy.num_replicas_in_sync
-        if self.global_batch % replicas:
-            raise errors.UserError(
-                f"config.train.batch_size={self.global_batch} is not divisible by the "
-                f"{replicas} replicas of this {type(strategy).__name__}")
-        self.local_batch = self.global_batch // replicas
+        self.local_batch = distribute.local_batch_size(strategy, self.global_batch)
         self.policy = distribute.dtype_policy(config.train.mixed_precision, strategy)
         seq_length = config.data.max_seq_length
         with strategy.scope():
