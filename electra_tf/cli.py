@@ -1,4 +1,5 @@
-"""What every command-line tool shares: quiet TF start-up, one-line errors, exit code 2.
+"""What every command-line tool shares: quiet TF start-up, one-line errors (exit code 2
+for bad input, 1 for a run stopped by a fault).
 
 >>> def main(argv):
 ...     raise errors.UserError("corpus.txt: line 3 is not UTF-8")
@@ -19,12 +20,16 @@ from electra_tf import errors  # pylint: disable=g-import-not-at-top,wrong-impor
 
 
 def run_main(main, argv):
-    """Calls `main(argv)`; a `UserError` prints `error: <message>` and exits with 2."""
+    """Calls `main(argv)`; a `UserError` prints `error: <message>` and exits with 2, a
+    `RunError` the same with exit code 1."""
     try:
         return main(argv)
     except errors.UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except errors.RunError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
 
 
 def parse_flags(argv):

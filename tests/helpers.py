@@ -1,11 +1,16 @@
-"""Small data that tests make for themselves: a vocab, a corpus, TFRecord shards."""
+"""Small data that tests make for themselves: a vocab, a corpus, TFRecord shards, a tiny
+pre-trained run; and a runner of SavedModel signatures in TF Serving's session loader."""
 
 import os
+import pickle
+import subprocess
+import sys
 
 from electra_tf.data import writer
 from electra_tf.text import corpus
 from electra_tf.text import tokenizer
 
+SERVING_SEQ = 16  # max_seq_length of the run the serving tests share (serving/conftest.py)
 WORDS = ("the cat dog sat ran on under a mat log big small red blue and then it was "
          "very happy sad tree house").split()
 
@@ -47,6 +52,45 @@ def make_data(directory, vocab, max_seq_length=32, num_shards=2, seed=0, **corpu
     return out
 
 
+def learnable_corpus(path, num_documents, seed):
+    """Sentences that repeat one word ("cat cat cat cat ."): a replaced token differs
+    from its neighbours, a signal a tiny model picks up in a few hundred steps."""
+    import random  # pylint: disable=g-import-not-at-top
+    rng = random.Random(seed)
+    docs = [[" ".join([rng.choice(WORDS)] * rng.randint(4, 10)) + " ."
+             for _ in range(6)] for _ in range(num_documents)]
+    corpus.write_corpus(corpus.documents_to_lines(docs), path)
+    return path
+
+
+def write_training_data(root) -> dict:
+    """Vocab, train (300 documents) and eval (40) shards of `learnable_corpus` at
+    max_seq_length 32 under `root`: {"vocab", "train", "eval", "root"} paths."""
+    vocab = write_vocab(str(root))
+    out = {"vocab": vocab.path, "root": str(root)}
+    for split, n, seed in (("train", 300, 0), ("eval", 40, 1)):
+        text = learnable_corpus(os.path.join(root, f"{split}.txt"), n, seed)
+        out[split] = os.path.join(root, split)
+        writer.write_pretraining_data(corpus.open_corpus(text), vocab, out[split],
+                                      max_seq_length=32, num_shards=2, seed=seed,
+                                      log=lambda _: None)
+    return out
+
+
+def train_command(data, workdir, *overrides, steps=300) -> list[str]:
+    """`python -m electra_tf.train` on `write_training_data`'s data: the tiny config at
+    batch 16, sequence 32 (later overrides win)."""
+    return [
+        sys.executable, "-m", "electra_tf.train", "--config=configs/electra.py:tiny",
+        f"--workdir={workdir}", f"--config.data.train_files={data['train']}",
+        f"--config.data.eval_files={data['eval']}", f"--config.data.vocab_file={data['vocab']}",
+        "--config.data.max_seq_length=32", "--config.data.shuffle_buffer=1000",
+        "--config.train.batch_size=16", f"--config.train.steps={steps}",
+        "--config.train.warmup_steps=15", "--config.train.log_every=50",
+        "--config.train.checkpoint_every=100", "--config.train.eval_every=300",
+        "--config.train.eval_steps=5", *overrides]
+
+
 def write_pretrained_run(directory, max_seq_length=16):
     """A tiny pre-training workdir with random weights (config.json, vocab.txt, a
     model-only checkpoint), as export and fine-tuning read it. Returns (vocab, model)."""
@@ -63,3 +107,35 @@ def write_pretrained_run(directory, max_seq_length=16):
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config.to_dict(), f)
     return vocab, model
+
+
+_SESSION_SCRIPT = """
+import pickle, sys, tensorflow_text
+from tensorflow.python.tools import saved_model_cli
+with open(sys.argv[2], "rb") as f:
+    requests = pickle.load(f)
+for label, (signature, feeds) in requests.items():
+    saved_model_cli.run_saved_model_with_feed_dict(
+        sys.argv[1], "serve", signature, feeds, sys.argv[3] + "/" + label, False)
+"""
+
+
+def session_run(export_dir, requests, outdir):
+    """Runs `{label: (signature, {input: array})}` in one subprocess through the loader
+    `saved_model_cli run` uses (`tf.compat.v1` session + `loader.load`, after `import
+    tensorflow_text`), as TF Serving runs the graph. Returns `{label: {output: array}}`.
+
+    The feeds travel pickled, so string inputs may hold any bytes (invalid UTF-8 too).
+    """
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    os.makedirs(outdir, exist_ok=True)
+    feeds_path = os.path.join(outdir, "requests.pkl")
+    with open(feeds_path, "wb") as f:
+        pickle.dump({label: (signature, {k: np.asarray(v) for k, v in feeds.items()})
+                     for label, (signature, feeds) in requests.items()}, f)
+    result = subprocess.run([sys.executable, "-c", _SESSION_SCRIPT, export_dir, feeds_path,
+                             outdir], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {label: {f[:-4]: np.load(os.path.join(outdir, label, f), allow_pickle=True)
+                    for f in os.listdir(os.path.join(outdir, label))}
+            for label in requests}

@@ -1,5 +1,7 @@
-"""tools/benchmark.py --mode=train and the FLOP formula behind its MFU."""
+"""tools/benchmark.py --mode=train (--profile, --compare_data), tools/benchmark_sweep.py,
+and the FLOP formula behind the MFU."""
 
+import glob
 import json
 import os
 import subprocess
@@ -8,8 +10,24 @@ import sys
 from electra_tf.model import flops
 from electra_tf.model import sizes
 from configs import electra as electra_configs  # pylint: disable=g-bad-import-order
+from tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A tiny model, one or two steps, a small matmul peak and no XLA: a few seconds of work.
+TINY = ["--config=configs/electra.py:tiny", "--batch_size=4", "--seq_len=32",
+        "--warmup_steps=1", "--matmul_size=256", "--config.train.jit_compile=false"]
+
+
+def run_tool(tool, *args):
+    env = dict(os.environ)  # this checkout's electra_tf, wherever it is installed
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, os.path.join(ROOT, "tools", tool), *args],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+
+
+def last_json_line(result):
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def test_small_costs_about_9_gflop_per_training_sequence():
@@ -32,20 +50,16 @@ def test_flops_count_the_vocabulary_at_masked_positions_only():
         2 * 128 * (4 * 768 ** 2 + 2 * 768 * 3072) + 4 * 128 ** 2 * 768)  # E == H: no projection
 
 
-def test_train_benchmark_prints_one_json_line_last():
-    result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "tools", "benchmark.py"),
-         "--config=configs/electra.py:tiny", "--batch_size=4", "--seq_len=32", "--steps=2",
-         "--warmup_steps=1", "--matmul_size=256",
-         "--config.train.jit_compile=false"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    results = json.loads(result.stdout.strip().splitlines()[-1])
-    for key in ("seq_per_sec", "tokens_per_sec", "step_time_median_s", "model_flops_per_seq",
-                "achieved_flops", "matmul_peak_flops", "mfu", "peak_rss_mib", "device",
+def test_train_benchmark_prints_one_json_line_last(tmp_path):
+    results = last_json_line(run_tool("benchmark.py", *TINY, "--steps=2",
+                                      f"--workdir={tmp_path}"))
+    for key in ("seq_per_sec", "seq_per_sec_per_replica", "steps_per_sec", "tokens_per_sec",
+                "step_time_median_s", "model_flops_per_seq", "achieved_flops",
+                "matmul_peak_flops", "mfu", "peak_rss_mib", "rss_at_end_mib", "device",
                 "batch_size", "seq_len", "size", "steps", "jit_compile", "mixed_precision",
                 "dtype_policy", "versions"):
         assert key in results, key
+    assert results["profile_dir"] is None and not os.listdir(tmp_path)  # no trace asked
     assert results["size"] == "tiny" and results["batch_size"] == 4
     assert results["seq_len"] == 32 and results["steps"] == 2
     assert results["jit_compile"] is False  # --config.KEY=VALUE overrides reach the Trainer
@@ -58,3 +72,76 @@ def test_train_benchmark_prints_one_json_line_last():
     assert results["matmul_peak_flops"] == max(peaks.values())
     assert set(results["versions"]) >= {"tensorflow", "keras", "keras_hub",
                                          "tensorflow_text", "python"}
+
+
+def test_profile_writes_a_trace_of_a_few_steps(tmp_path):
+    results = last_json_line(run_tool("benchmark.py", *TINY, "--steps=1", "--profile",
+                                      f"--workdir={tmp_path}"))
+    assert results["profile_dir"] == str(tmp_path / "profile")
+    traces = glob.glob(f"{tmp_path}/profile/plugins/profile/*/*.xplane.pb")
+    assert len(traces) == 1 and os.path.getsize(traces[0]) > 0
+    assert results["steps"] == 1 and len(results["step_times_s"]) == 1  # traced apart
+
+
+def test_compare_data_reports_input_synthetic_and_real_rates(tmp_path):
+    helpers.write_corpus(str(tmp_path), num_documents=60)  # the cached corpus.txt: small
+    results = last_json_line(run_tool(
+        "benchmark.py", *TINY, "--steps=2", "--compare_data", "--vocab_size=200",
+        "--input_batches=20", f"--workdir={tmp_path}", f"--profile_dir={tmp_path}/trace"))
+    for key in ("input_batches_per_sec", "input_to_step_ratio", "real_vs_synthetic",
+                "seq_per_sec", "real_seq_per_sec"):
+        assert results[key] > 0, key
+    assert len(results["step_times_s"]) == len(results["real_step_times_s"]) == 2
+    assert results["data"] == f"synthetic+real:{tmp_path}/data_32"
+    # The synthetic batches use the learned vocabulary, and both sources one traced step.
+    vocab_size = len((tmp_path / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    assert results["vocab_size"] == vocab_size < 200
+    assert results["train_loop_traces"] == 1
+    assert glob.glob(f"{tmp_path}/trace/plugins/profile/*/*.xplane.pb")  # --profile_dir
+
+
+def test_sweep_writes_a_table_and_records_a_failed_point(tmp_path):
+    out = tmp_path / "sweep"
+    result = run_tool("benchmark_sweep.py", "--config=configs/electra.py:tiny",
+                      "--seq_lens=32", "--batch_sizes=4,0", "--steps=1", "--warmup_steps=1",
+                      "--benchmark_flag=--matmul_size=256",
+                      "--benchmark_flag=--config.train.jit_compile=false", f"--out={out}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "[2/2] seq 32, batch 0: FAILED" in result.stdout and "ETA" in result.stdout
+    ok, failed = json.loads((tmp_path / "sweep.json").read_text())["points"]
+    assert ok["status"] == "ok" and ok["batch_size"] == 4 and ok["seq_per_sec"] > 0
+    assert failed["status"] == "failed" and "--batch_size" in failed["reason"]
+    table = (tmp_path / "sweep.md").read_text()
+    assert "| seq | batch | seq/s | steps/s | median step (s) | peak RSS (MiB) |" in table
+    assert f"| 32 | 4 | {ok['seq_per_sec']:.2f} |" in table
+    assert "| 32 | 0 | **failed**: exit 2: error: --batch_size" in table
+    assert "benchmark_sweep.py --config=configs/electra.py:tiny" in table  # the command
+
+
+def test_sweep_mirrored_runs_one_device_then_mirrored_at_the_same_global_batch(tmp_path):
+    # Batch 3: one_device runs; two replicas cannot split it, a strategy error that the
+    # sweep records. (The mirrored run itself: the test below.)
+    out = tmp_path / "mirrored"
+    result = run_tool("benchmark_sweep.py", "--config=configs/electra.py:tiny", "--mirrored",
+                      "--seq_lens=32", "--batch_sizes=3", "--steps=1", "--warmup_steps=1",
+                      "--benchmark_flag=--matmul_size=256",
+                      "--benchmark_flag=--config.train.jit_compile=false", f"--out={out}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    one, mirrored = json.loads((tmp_path / "mirrored.json").read_text())["points"]
+    assert (one["runtime_strategy"], one["strategy"], one["status"]) == (
+        "one_device", "OneDeviceStrategy", "ok")
+    assert (mirrored["runtime_strategy"], mirrored["status"]) == ("mirrored", "failed")
+    assert "batch_size=3 is not divisible by the 2 replicas" in mirrored["reason"]
+    table = (tmp_path / "mirrored.md").read_text()
+    assert "| seq | batch | strategy | replicas | seq/s | seq/s per replica |" in table
+    assert "| 32 | 3 | one_device | 1 |" in table and "| 32 | 3 | mirrored |  | **failed**" in table
+
+
+def test_train_benchmark_under_mirrored_over_two_logical_cpus():
+    # The CPU is split before anything initialises TF's devices (the matmul peak did).
+    results = last_json_line(run_tool("benchmark.py", *TINY, "--steps=1",
+                                      "--config.runtime.strategy=mirrored",
+                                      "--config.runtime.cpu_devices=2"))
+    assert (results["strategy"], results["replicas"]) == ("MirroredStrategy", 2)
+    assert results["batch_size"] == 4  # global
+    assert abs(results["seq_per_sec_per_replica"] - results["seq_per_sec"] / 2) < 0.002

@@ -2,55 +2,25 @@
 
 import glob
 import os
-import random
 import subprocess
 import sys
 
 import pytest
 import tensorflow as tf
 
-from electra_tf.data import writer
-from electra_tf.text import corpus
 from tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _learnable_corpus(path, num_documents, seed):
-    """Sentences that repeat one word ("cat cat cat cat ."): a replaced token differs
-    from its neighbours, a signal a tiny model picks up in a few hundred steps."""
-    rng = random.Random(seed)
-    docs = [[" ".join([rng.choice(helpers.WORDS)] * rng.randint(4, 10)) + " ."
-             for _ in range(6)] for _ in range(num_documents)]
-    corpus.write_corpus(corpus.documents_to_lines(docs), path)
-    return path
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("train")
-    vocab = helpers.write_vocab(str(root))
-    out = {"vocab": vocab.path, "root": root}
-    for split, n, seed in (("train", 300, 0), ("eval", 40, 1)):
-        text = _learnable_corpus(str(root / f"{split}.txt"), n, seed)
-        out[split] = str(root / split)
-        writer.write_pretraining_data(corpus.open_corpus(text), vocab, out[split],
-                                      max_seq_length=32, num_shards=2, seed=seed,
-                                      log=lambda _: None)
-    return out
+    return helpers.write_training_data(tmp_path_factory.mktemp("train"))
 
 
 def _train(data, workdir, *overrides, steps=300):
-    command = [
-        sys.executable, "-m", "electra_tf.train", "--config=configs/electra.py:tiny",
-        f"--workdir={workdir}", f"--config.data.train_files={data['train']}",
-        f"--config.data.eval_files={data['eval']}", f"--config.data.vocab_file={data['vocab']}",
-        "--config.data.max_seq_length=32", "--config.data.shuffle_buffer=1000",
-        "--config.train.batch_size=16", f"--config.train.steps={steps}",
-        "--config.train.warmup_steps=15", "--config.train.log_every=50",
-        "--config.train.checkpoint_every=100", "--config.train.eval_every=300",
-        "--config.train.eval_steps=5", *overrides]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run(helpers.train_command(data, workdir, *overrides, steps=steps),
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def _scalars(logdir, tag):
@@ -109,15 +79,46 @@ def test_tiny_run_learns_logs_and_resumes(data, tmp_path):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("--config.train.batch_sise=8", "batch_sise"),
+    ("--config.train.batch_sise=8", "--config.train.batch_sise: no such key"),
     ("--config.model.size=huge", "config.model.size"),
     ("--config.data.vocab_file=", "config.data.vocab_file"),
     ("--config.data.train_files=/nonexistent/*.tfrecord", "config.data.train_files"),
-    ("--config.data.max_seq_length=64", "max_seq_length"),
+    ("--config.data.max_seq_length=64", "max_seq_length=64"),
     ("--config.train.optimizer=sgd", "config.train.optimizer"),
+    ("--config.train.mixed_precision=fp8", "config.train.mixed_precision"),
+    ("--config.runtime.strategy=ring", "config.runtime.strategy"),
+    # 15 examples cannot be split over 2 replicas.
+    ("--config.runtime.strategy=mirrored --config.runtime.cpu_devices=2 "
+     "--config.train.batch_size=15", "config.train.batch_size=15"),
+    # A vocab other than the one the data was made with (one word more).
+    ("OTHER_VOCAB", "differs from"),
 ])
-def test_bad_config_is_a_clear_error(data, tmp_path, override, message):
-    result = _train(data, str(tmp_path / "run"), override, steps=1)
-    assert result.returncode != 0
-    assert message in result.stderr.strip().splitlines()[-1]
+def test_bad_config_is_a_one_line_error_and_writes_nothing(data, tmp_path, override,
+                                                           message):
+    if override == "OTHER_VOCAB":
+        other = tmp_path / "other"
+        other.mkdir()
+        override = f"--config.data.vocab_file={helpers.write_vocab(str(other), helpers.WORDS + ['fox']).path}"
+    workdir = tmp_path / "run"
+    result = _train(data, str(workdir), *override.split(), steps=1)
+    assert result.returncode == 2, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and message in last, last
     assert "Traceback" not in result.stderr
+    assert not workdir.exists() or not any(workdir.iterdir())
+
+
+def test_resuming_with_another_model_or_batch_is_refused(data, tmp_path):
+    workdir = tmp_path / "run"
+    result = _train(data, str(workdir), "--config.data.eval_files=",
+                    "--config.train.checkpoint_every=2", steps=2)
+    assert result.returncode == 0, result.stderr[-2000:]
+    before = sorted(str(p) for p in workdir.rglob("*"))
+    for override, message in (("--config.model.generator_hidden_fraction=0.25",
+                               "config.model.generator_hidden_fraction=0.25"),
+                              ("--config.train.batch_size=8", "config.train.batch_size=8")):
+        result = _train(data, str(workdir), "--config.data.eval_files=", override, steps=4)
+        assert result.returncode == 2, result.stderr[-2000:]
+        last = result.stderr.strip().splitlines()[-1]
+        assert message in last and "was started with" in last, last
+    assert sorted(str(p) for p in workdir.rglob("*")) == before

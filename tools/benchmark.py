@@ -3,6 +3,8 @@ r"""Measures training and data-path speed; prints one JSON line last.
   python tools/benchmark.py --config=configs/electra.py:small   # training steps/s and MFU
       [--batch_size=32 --seq_len=128 --steps=10 --warmup_steps=2 --config.KEY=VALUE ...]
       [--real_data=DIR --vocab_file=vocab.txt]                   # real TFRecords instead
+      [--compare_data]          # input alone, synthetic and real steps, in one process
+      [--profile [--profile_dir=DIR]]                            # + a TensorBoard trace
   python tools/benchmark.py --mode=input        # masked batches/s from real TFRecords
   python tools/benchmark.py --mode=create_data  # create_pretraining_data vs tokenizer alone
 
@@ -14,9 +16,22 @@ real pipeline. After --warmup_steps (tracing, XLA compilation) it times --steps 
 loops of --steps_per_loop and reports seq/s, the model FLOPs (electra_tf/model/flops.py),
 the achieved FLOP/s and the MFU against a float32 matmul peak measured in this process.
 
-For --mode=input|create_data the corpus is the built-in sample corpus, repeated
-`--corpus_copies` times so that start-up costs do not dominate; corpus, vocab and
-TFRecords are cached in --workdir.
+--compare_data answers "is the input pipeline ever the bottleneck?" in one process: on
+real TFRecords (--real_data, or made from the sample corpus and cached in --workdir) it
+measures the input pipeline alone (`loop.distributed_dataset`, masking included, iterated
+without training), then ONE Trainer (one compilation) alternates timed loops on synthetic
+and on real batches of the same shapes and vocabulary. It reports
+`input_batches_per_sec`, `input_to_step_ratio` (input rate / synthetic step rate: ≫ 1
+means the pipeline keeps up) and `real_vs_synthetic` (real / synthetic step rate: ≈ 1
+means feeding real data costs nothing).
+
+--profile (or --profile_dir) traces a few more steps after the timed ones (so that the
+tracing overhead stays out of the timings) with the TensorBoard profiler:
+`tensorboard --logdir=<profile_dir>`, Profile tab (`pip install tensorboard-plugin-profile`).
+
+For --mode=input|create_data (and --compare_data without --real_data) the corpus is the
+built-in sample corpus, repeated `--corpus_copies` times so that start-up costs do not
+dominate; corpus, vocab and TFRecords are cached in --workdir.
 """
 
 import os
@@ -47,6 +62,7 @@ from electra_tf.text import tokenizer as tokenizer_lib
 from electra_tf.text import vocab as vocab_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROFILE_STEPS = 3  # a trace of a few steps is enough, and stays small
 
 _MODE = flags.DEFINE_enum("mode", "train", ["train", "input", "create_data"],
                           "What to measure.")
@@ -67,15 +83,23 @@ _STEPS_PER_LOOP = flags.DEFINE_integer(
     "steps_per_loop", 1, "Steps per `train_loop` call (train mode); one timing per loop.")
 _VOCAB_SIZE = flags.DEFINE_integer(
     "vocab_size", None, "Train mode: vocabulary of the synthetic batches (default 30522, "
-    "BERT's). Input modes: vocab size to learn (default 8192).")
+    "BERT's). Input modes and --compare_data: vocab size to learn (default 8192).")
 _REAL_DATA = flags.DEFINE_string(
     "real_data", None, "Train mode: feed real TFRecords (a data dir, manifest or glob) "
     "through electra_tf.data.pipeline instead of synthetic batches; needs --vocab_file.")
 _VOCAB_FILE = flags.DEFINE_string("vocab_file", None, "The vocab.txt of --real_data.")
+_COMPARE_DATA = flags.DEFINE_bool(
+    "compare_data", False, "Train mode: also measure the input pipeline alone and "
+    "alternate synthetic and real-data steps on one Trainer (see the module docstring).")
+_INPUT_BATCHES = flags.DEFINE_integer(
+    "input_batches", 300, "--compare_data: batches timed through the input pipeline alone.")
 _MATMUL_SIZE = flags.DEFINE_integer("matmul_size", 2048, "n of the n×n float32 matmul "
                                     "that measures the peak FLOP/s.")
+_PROFILE = flags.DEFINE_bool(
+    "profile", False, "Train mode: write a TensorBoard profiler trace of "
+    f"{PROFILE_STEPS} steps after the timed ones, to --profile_dir or <workdir>/profile.")
 _PROFILE_DIR = flags.DEFINE_string(
-    "profile_dir", None, "Train mode: write a TensorBoard profile of the timed steps here.")
+    "profile_dir", None, "Train mode: where --profile writes (giving it implies --profile).")
 _CORPUS_COPIES = flags.DEFINE_integer("corpus_copies", 8, "Sample corpus repetitions.")
 
 
@@ -99,27 +123,33 @@ def _prepare():
     return corpus_path, tokenizer_lib.Vocab.load(vocab_path)
 
 
-def _rate(dataset, batch_size, steps):
+def _batches_per_sec(dataset, batches: int, warmup: int = 20) -> float:
+    """Batches/s of iterating `dataset` (a tf.data or distributed dataset) alone."""
     iterator = iter(dataset)
-    for _ in range(20):  # warm-up: tracing, autotuning, prefetch buffers
+    for _ in range(warmup):  # tracing, autotuning, shuffle and prefetch buffers
         next(iterator)
     start = time.perf_counter()
-    for _ in range(steps):
+    for _ in range(batches):
         next(iterator)
-    return steps * batch_size / (time.perf_counter() - start)
+    return batches / (time.perf_counter() - start)
+
+
+def _sample_data(corpus_path: str, vocab, seq_len: int) -> list[str]:
+    """TFRecords of `corpus_path` at `seq_len` (made once per workdir and length)."""
+    data_dir = os.path.join(_WORKDIR.value, f"data_{seq_len}")
+    if not os.path.exists(os.path.join(data_dir, writer.MANIFEST)):
+        writer.write_pretraining_data(corpus.open_corpus(corpus_path), vocab, data_dir,
+                                      max_seq_length=seq_len, overwrite=True,
+                                      log=lambda _: None)
+    return pipeline.resolve_files(data_dir, seq_len, vocab)
 
 
 def bench_input(corpus_path, vocab):
-    data_dir = os.path.join(_WORKDIR.value, f"data_{_SEQ_LEN.value}")
-    if not os.path.exists(os.path.join(data_dir, writer.MANIFEST)):
-        writer.write_pretraining_data(corpus.open_corpus(corpus_path), vocab, data_dir,
-                                      max_seq_length=_SEQ_LEN.value, overwrite=True,
-                                      log=lambda _: None)
-    files = pipeline.resolve_files(data_dir, _SEQ_LEN.value, vocab)
+    files = _sample_data(corpus_path, vocab, _SEQ_LEN.value)
     config = pipeline.masking_config_for(vocab, _SEQ_LEN.value)
     batch_size, steps = _flag(_BATCH_SIZE, 128), _flag(_STEPS, 300)
-    pipeline_rate = _rate(pipeline.pretraining_dataset(
-        files, batch_size, _SEQ_LEN.value, config), batch_size, steps)
+    pipeline_rate = batch_size * _batches_per_sec(pipeline.pretraining_dataset(
+        files, batch_size, _SEQ_LEN.value, config), steps)
 
     # Masking alone on one cached batch, with our selector and with tf.text's own.
     batch = next(iter(pipeline.pretraining_dataset(files, batch_size, _SEQ_LEN.value, config)))
@@ -131,7 +161,7 @@ def bench_input(corpus_path, vocab):
             lambda b, s=selector: masking.mask_batch(b, config, selector_class=s))
         dataset = tf.data.Dataset.from_tensors(unmasked).repeat().map(
             fn, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
-        rates[name] = _rate(dataset, batch_size, steps)
+        rates[name] = batch_size * _batches_per_sec(dataset, steps)
     return {
         "examples_per_sec": round(pipeline_rate),
         "masking_only_examples_per_sec": {k: round(v) for k, v in rates.items()},
@@ -243,6 +273,64 @@ def matmul_peak_flops(n: int, repeats: int = 5, per_repeat: int = 4) -> dict[str
     return out
 
 
+def _real_data(config):
+    """(files, vocab, data dir) of real TFRecords: --real_data, or the sample corpus's."""
+    seq_len = config.data.max_seq_length
+    if _REAL_DATA.value:
+        vocab_file = _VOCAB_FILE.value or config.data.vocab_file
+        if not vocab_file:
+            raise errors.UserError("--real_data needs --vocab_file (the data's vocab.txt)")
+        vocab = tokenizer_lib.Vocab.load(vocab_file)
+        return pipeline.resolve_files(_REAL_DATA.value, seq_len, vocab), vocab, _REAL_DATA.value
+    corpus_path, vocab = _prepare()
+    files = _sample_data(corpus_path, vocab, seq_len)
+    return files, vocab, os.path.join(_WORKDIR.value, f"data_{seq_len}")
+
+
+def _timed_loop(trainer, iterator, num_steps: int) -> float:
+    """Seconds for one `train_loop` call of `num_steps` steps."""
+    start = time.perf_counter()
+    trainer.train_loop(iterator, tf.constant(num_steps))
+    int(trainer.step.numpy())  # waits for the loop
+    return time.perf_counter() - start
+
+
+def _time_steps(trainer, iterators: dict, steps: int, per_loop: int) -> dict:
+    """{name: [(steps, seconds) per loop]}: `steps` steps from each iterator in loops of
+    `per_loop`, the iterators taking turns loop by loop in A B B A order, so that a drift
+    in the machine's speed (neighbours, clocks) reaches each of them alike."""
+    timings = {name: [] for name in iterators}
+    names, done = list(iterators), 0
+    while done < steps:
+        n = min(per_loop, steps - done)
+        for name in names:
+            timings[name].append((n, _timed_loop(trainer, iterators[name], n)))
+        names.reverse()
+        done += n
+    return timings
+
+
+def _rates(timings: list, batch_size: int) -> dict:
+    steps = sum(n for n, _ in timings)
+    seconds = sum(t for _, t in timings)
+    per_step = [t / n for n, t in timings]
+    return {"seq_per_sec": steps * batch_size / seconds, "steps_per_sec": steps / seconds,
+            "step_time_median_s": statistics.median(per_step), "step_times_s": per_step}
+
+
+def _profile(trainer, iterator, logdir: str) -> None:
+    """A TensorBoard profiler trace of PROFILE_STEPS one-step loops, written to `logdir`
+    (as plugins/profile/<run>/<host>.xplane.pb)."""
+    tf.profiler.experimental.start(logdir)
+    try:
+        for _ in range(PROFILE_STEPS):
+            step = int(trainer.step.numpy())
+            with tf.profiler.experimental.Trace("train", step_num=step, _r=1):
+                _timed_loop(trainer, iterator, 1)
+    finally:
+        tf.profiler.experimental.stop()
+
+
 def bench_train():
     from electra_tf.model import flops as flops_lib  # pylint: disable=g-import-not-at-top
     from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
@@ -254,63 +342,73 @@ def bench_train():
     if batch_size < 1 or steps < 1 or warmup < 0 or per_loop < 1:
         raise errors.UserError("--batch_size, --steps and --steps_per_loop must be "
                                "positive, --warmup_steps not negative")
+    if _INPUT_BATCHES.value < 1:
+        raise errors.UserError("--input_batches must be positive")
     with config.unlocked():
         config.train.batch_size = batch_size
         config.data.max_seq_length = _SEQ_LEN.value
         config.train.steps_per_loop = per_loop
     seq_len = config.data.max_seq_length
 
+    # The strategy first: config.runtime.cpu_devices splits the CPU into logical
+    # devices, which TF allows only before anything (the matmul peak) initialises them.
+    strategy = distribute.get_strategy(config.runtime)
+    distribute.local_batch_size(strategy, batch_size)  # the replicas must divide it
     peaks = matmul_peak_flops(_MATMUL_SIZE.value)
     peak = max(peaks.values())
-    strategy = distribute.get_strategy(config.runtime)
-    if _REAL_DATA.value:
-        vocab_file = _VOCAB_FILE.value or config.data.vocab_file
-        if not vocab_file:
-            raise errors.UserError("--real_data needs --vocab_file (the data's vocab.txt)")
-        vocab = tokenizer_lib.Vocab.load(vocab_file)
+
+    # ---------------------------------------------------------------- data
+    use_real = bool(_REAL_DATA.value) or _COMPARE_DATA.value
+    use_synthetic = not _REAL_DATA.value or _COMPARE_DATA.value
+    if use_real:
+        # Compared with real data, synthetic batches take its vocabulary and P, so that
+        # both runs cost the same FLOPs.
+        files, vocab, data_dir = _real_data(config)
         vocab_size = vocab.size
-        files = pipeline.resolve_files(_REAL_DATA.value, seq_len, vocab)
         masking_config = loop.masking_config(config, vocab)
         num_predictions = masking_config.max_predictions
-        dataset = loop.distributed_dataset(strategy, files, config, masking_config,
-                                           training=True)
     else:
         vocab_size = _flag(_VOCAB_SIZE, 30522)
         num_predictions = masking.max_predictions_per_seq(config.data.mask_prob, seq_len)
-        dataset = _synthetic_dataset(strategy, config, num_predictions, vocab_size)
+    datasets = {}  # the first one's figures are the headline ones
+    if use_synthetic:
+        datasets["synthetic"] = _synthetic_dataset(strategy, config, num_predictions,
+                                                   vocab_size)
+    if use_real:
+        datasets["real"] = loop.distributed_dataset(strategy, files, config, masking_config,
+                                                    training=True)
+    input_rate = None
+    if _COMPARE_DATA.value:  # the real input path alone, before training competes for CPU
+        input_rate = _batches_per_sec(datasets["real"], _INPUT_BATCHES.value)
 
+    # ---------------------------------------------------------------- steps
     trainer = loop.Trainer(config, strategy, vocab_size, num_predictions)
-    iterator = iter(dataset)
+    iterators = {name: iter(dataset) for name, dataset in datasets.items()}
     start = time.perf_counter()
-    if warmup:
-        trainer.train_loop(iterator, tf.constant(warmup))
-        int(trainer.step.numpy())
+    if warmup:  # tracing and XLA compilation: once, the sources having the same shapes
+        for iterator in iterators.values():
+            _timed_loop(trainer, iterator, warmup)
     warmup_s = time.perf_counter() - start
+    timings = _time_steps(trainer, iterators, steps, per_loop)
+    profile_dir = None
+    if _PROFILE.value or _PROFILE_DIR.value:
+        profile_dir = _PROFILE_DIR.value or os.path.join(_WORKDIR.value, "profile")
+        _profile(trainer, iterators["real" if use_real else "synthetic"], profile_dir)
 
-    if _PROFILE_DIR.value:
-        tf.profiler.experimental.start(_PROFILE_DIR.value)
-    per_step, total_s, done = [], 0.0, 0
-    while done < steps:
-        n = min(per_loop, steps - done)
-        start = time.perf_counter()
-        trainer.train_loop(iterator, tf.constant(n))
-        int(trainer.step.numpy())  # waits for the loop
-        elapsed = time.perf_counter() - start
-        per_step.append(elapsed / n)
-        total_s += elapsed
-        done += n
-    if _PROFILE_DIR.value:
-        tf.profiler.experimental.stop()
-
+    # ---------------------------------------------------------------- figures
+    headline = _rates(next(iter(timings.values())), batch_size)
     loss = trainer.train_metrics.result().get("loss")
     model_flops = flops_lib.for_config(config, vocab_size)
-    seq_per_sec = steps * batch_size / total_s
+    seq_per_sec = headline["seq_per_sec"]
     achieved = seq_per_sec * model_flops
-    return {
+    replicas = strategy.num_replicas_in_sync
+    results = {
         "seq_per_sec": round(seq_per_sec, 3),
+        "seq_per_sec_per_replica": round(seq_per_sec / replicas, 3),
+        "steps_per_sec": round(headline["steps_per_sec"], 4),
         "tokens_per_sec": round(seq_per_sec * seq_len, 1),
-        "step_time_median_s": round(statistics.median(per_step), 4),
-        "step_times_s": [round(t, 3) for t in per_step],
+        "step_time_median_s": round(headline["step_time_median_s"], 4),
+        "step_times_s": [round(t, 3) for t in headline["step_times_s"]],
         "warmup_s": round(warmup_s, 1),
         "model_flops_per_seq": model_flops,
         "achieved_flops": round(achieved),
@@ -321,13 +419,32 @@ def bench_train():
         "batch_size": batch_size, "seq_len": seq_len, "size": config.model.size,
         "steps": steps, "warmup_steps": warmup, "steps_per_loop": per_loop,
         "num_predictions": num_predictions, "vocab_size": vocab_size,
-        "data": f"real:{_REAL_DATA.value}" if _REAL_DATA.value else "synthetic",
+        "data": "+".join("synthetic" if name == "synthetic" else f"real:{data_dir}"
+                         for name in datasets),
         "jit_compile": bool(config.train.jit_compile),
         "mixed_precision": config.train.mixed_precision,
         "dtype_policy": trainer.policy,
         "strategy": type(strategy).__name__,
-        "replicas": strategy.num_replicas_in_sync,
+        "replicas": replicas,
+        "profile_dir": profile_dir,
     }
+    if _COMPARE_DATA.value:
+        real = _rates(timings["real"], batch_size)
+        results.update({
+            "real_seq_per_sec": round(real["seq_per_sec"], 3),
+            "real_step_time_median_s": round(real["step_time_median_s"], 4),
+            "real_step_times_s": [round(t, 3) for t in real["step_times_s"]],
+            "input_batches_per_sec": round(input_rate, 2),
+            "input_examples_per_sec": round(input_rate * batch_size, 1),
+            "input_batches": _INPUT_BATCHES.value,
+            # > 1: the pipeline alone outruns training; it must, by a wide margin.
+            "input_to_step_ratio": round(input_rate / headline["steps_per_sec"], 2),
+            # ≈ 1 (within 5%): training on real data is as fast as on synthetic batches.
+            "real_vs_synthetic": round(real["seq_per_sec"] / seq_per_sec, 4),
+            # 1: both sources ran the same traced (and compiled) step.
+            "train_loop_traces": trainer.train_loop.experimental_get_tracing_count(),
+        })
+    return results
 
 
 def _device():
@@ -363,6 +480,8 @@ def _current_rss_mib() -> int | None:
 def main(argv):
     if len(argv) > 1:
         raise errors.UserError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if _MODE.value != "train" and (_COMPARE_DATA.value or _PROFILE.value or _PROFILE_DIR.value):
+        raise errors.UserError("--compare_data and --profile[_dir] are for --mode=train")
     if _MODE.value == "train":
         results = bench_train()
     else:

@@ -6,6 +6,11 @@ values come from `tf_text.MaskValuesChooser`, and `tf_text.mask_language_model` 
 them; the ragged results are padded to `[batch, max_predictions]` so that every shape
 is static (TPUs and XLA need that).
 
+With a `seed` (a [2] integer tensor), every random draw is stateless: the masks are a
+pure function of the seed and the batch, so a resumed run masks its batches exactly as an
+uninterrupted one did (the pipeline derives one seed per batch from the run's seed and the
+batch's index). Without one, tf.text's stateful random ops are used.
+
 >>> import tensorflow as tf
 >>> batch = {"input_ids": tf.constant([[2, 7, 8, 9, 3, 0]]),
 ...          "input_mask": tf.constant([[1, 1, 1, 1, 1, 0]]),
@@ -67,7 +72,12 @@ class BatchRandomSelector(text.RandomItemSelector):
     `max_selections`, chosen uniformly among the selectable ones. tf.text's own
     selector shuffles each row in a `map_fn`; ranking one random matrix instead masks
     1.4-1.9x as many examples per second (`tools/benchmark.py --mode=input`).
+    With a `seed` ([2] integers) the draw is stateless.
     """
+
+    def __init__(self, *args, seed=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._seed = seed
 
     def get_selection_mask(self, input_ids, axis=1):
         if axis != 1 or input_ids.ragged_rank != 1:
@@ -82,19 +92,54 @@ class BatchRandomSelector(text.RandomItemSelector):
             float(self.max_selections_per_batch))
         # A random key per item, above every selectable key for the unselectable ones;
         # an item is chosen when its key ranks among the row's first `num_to_select`.
-        keys = tf.where(selectable, tf.random.uniform(tf.shape(selectable)), 2.0)
+        keys = tf.where(selectable, _uniform(tf.shape(selectable), self._seed), 2.0)
         ranks = tf.argsort(tf.argsort(keys, axis=1), axis=1)  # [B, L]
         chosen = tf.cast(ranks, tf.float32) < num_to_select[:, None]
         return tf.RaggedTensor.from_tensor(chosen, lengths=input_ids.row_lengths())
 
 
+class StatelessMaskValuesChooser(text.MaskValuesChooser):
+    """`tf_text.MaskValuesChooser` whose draws are stateless functions of `seed`.
+
+    The same rule as tf.text's: one uniform draw `u` per selected item; `u <
+    mask_token_rate` puts `[MASK]`, `mask_token_rate <= u < mask_token_rate +
+    random_token_rate` a uniformly random id, anything else keeps the item.
+    """
+
+    def __init__(self, vocab_size, mask_token, seed, mask_token_rate=0.8,
+                 random_token_rate=0.1):
+        super().__init__(vocab_size, mask_token, mask_token_rate=mask_token_rate,
+                         random_token_rate=random_token_rate)
+        self._seed = seed
+        self._rates = (mask_token_rate, mask_token_rate + random_token_rate)
+
+    def get_mask_values(self, masked_lm_ids):
+        ids = masked_lm_ids.flat_values
+        draw, random_ids = tf.unstack(_uniform(tf.stack([2, tf.size(ids)]), self._seed))
+        random_ids = tf.cast(tf.minimum(random_ids * self.vocab_size, self.vocab_size - 1),
+                             ids.dtype)
+        low, high = self._rates
+        values = tf.where(draw < low, tf.cast(self.mask_token, ids.dtype),
+                          tf.where(draw < high, random_ids, ids))
+        return masked_lm_ids.with_flat_values(values)
+
+
+def _uniform(shape, seed):
+    """Uniform [0, 1) floats: stateless with a `seed`, else tf.random's stateful op."""
+    if seed is None:
+        return tf.random.uniform(shape)
+    return tf.random.stateless_uniform(shape, seed=seed)
+
+
 def mask_batch(batch: dict[str, tf.Tensor], config: MaskingConfig,
-               selector_class=BatchRandomSelector) -> dict[str, tf.Tensor]:
+               selector_class=BatchRandomSelector, seed=None) -> dict[str, tf.Tensor]:
     """Adds `masked_input_ids` [B, S] and `masked_lm_{positions,ids,weights}` [B, P].
 
     `batch` holds `input_ids`, `input_mask`, `segment_ids`, each int32 [B, S] with a
     static shape; the real tokens of a row come first (input_mask 1), then padding.
     `selector_class` is any `tf_text.RandomItemSelector` (the benchmark compares them).
+    `seed`: a [2] integer tensor that makes every draw stateless (see the module
+    docstring); it needs `BatchRandomSelector` (or a subclass).
     """
     input_ids = batch["input_ids"]
     batch_size, seq_length = input_ids.shape
@@ -102,14 +147,25 @@ def mask_batch(batch: dict[str, tf.Tensor], config: MaskingConfig,
 
     lengths = tf.reduce_sum(batch["input_mask"], axis=1)
     tokens = tf.RaggedTensor.from_tensor(input_ids, lengths=lengths)  # [B, (len)]
-    selector = selector_class(
+    selector_args = dict(
         max_selections_per_batch=num_predictions,  # a per-row limit, despite the name
         selection_rate=config.mask_prob,
         unselectable_ids=list(config.special_ids))
-    chooser = text.MaskValuesChooser(
-        config.vocab_size, config.mask_id,
-        mask_token_rate=config.mask_token_rate,
-        random_token_rate=config.random_token_rate)
+    rates = dict(mask_token_rate=config.mask_token_rate,
+                 random_token_rate=config.random_token_rate)
+    if seed is None:
+        selector = selector_class(**selector_args)
+        chooser = text.MaskValuesChooser(config.vocab_size, config.mask_id, **rates)
+    else:
+        if not issubclass(selector_class, BatchRandomSelector):
+            raise ValueError(f"A `seed` needs a BatchRandomSelector. Received: "
+                             f"`selector_class={selector_class.__name__}`")
+        seed = tf.convert_to_tensor(seed)
+        selector = selector_class(**selector_args,
+                                  seed=tf.random.experimental.stateless_fold_in(seed, 1))
+        chooser = StatelessMaskValuesChooser(
+            config.vocab_size, config.mask_id,
+            tf.random.experimental.stateless_fold_in(seed, 2), **rates)
     masked, positions, labels = text.mask_language_model(tokens, selector, chooser)
 
     num_masked = positions.row_lengths()  # [B], at most num_predictions

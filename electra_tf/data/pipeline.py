@@ -1,7 +1,12 @@
 """TFRecord shards → masked batches with static shapes, for one input pipeline.
 
     files ─► (shard per input pipeline) ─► shuffle, repeat ─► interleave TFRecords ─►
-    shuffle ─► batch(drop_remainder) ─► parse ─► dynamic masking ─► prefetch
+    shuffle ─► batch(drop_remainder) ─► [skip] ─► parse ─► dynamic masking ─► prefetch
+
+With a seed, everything random is a function of it: the file and example order (seeded
+shuffles, deterministic interleave and map) and each batch's masks (stateless draws
+seeded by the seed, the input pipeline and the batch's index; `masking.mask_batch`).
+Batch i of a run is therefore the same bytes in every run with that seed.
 
 Under a `tf.distribute` strategy, pass the `tf.distribute.InputContext` that
 `distribute_datasets_from_function` gives: each pipeline reads its own files (or, with
@@ -17,6 +22,7 @@ are read as they are.
 import json
 import os
 
+from absl import logging
 import tensorflow as tf
 
 from electra_tf import errors
@@ -30,12 +36,24 @@ class DataError(errors.UserError):
     """Pre-training data that does not match the run: the message names file and field."""
 
 
+class DamagedShardError(DataError):
+    """A shard whose bytes are not what was written: truncated, or a record's CRC fails."""
+
+    def __init__(self, message: str, file: str):
+        super().__init__(message)
+        self.file = file
+
+
 def resolve_files(pattern: str, max_seq_length: int | None = None,
-                  vocab: tokenizer_lib.Vocab | None = None) -> list[str]:
+                  vocab: tokenizer_lib.Vocab | None = None,
+                  skip_damaged: bool = False, log=None) -> list[str]:
     """The shard files of `pattern`, checked against their manifests.
 
     `pattern` is a comma-separated list of globs, directories (all shards their
-    manifest lists) or `manifest.json` paths.
+    manifest lists) or `manifest.json` paths. A shard whose size differs from its
+    manifest's is an error naming it; with `skip_damaged`, every shard is instead read
+    through once (`find_damaged`: sizes, record CRCs, example counts) and the damaged
+    ones are left out, each reported through `log` (default: absl's warning).
     """
     files = []
     for part in (p.strip() for p in pattern.split(",") if p.strip()):
@@ -54,10 +72,61 @@ def resolve_files(pattern: str, max_seq_length: int | None = None,
             files.extend(matches)
     if not files:
         raise DataError(f"no data files in {pattern!r}")
+    if skip_damaged:
+        damaged = dict(find_damaged(files))
+        log = log or logging.warning
+        for f, reason in damaged.items():
+            log(f"skipping damaged shard {f}: {reason}")
+        files = [f for f in files if f not in damaged]
+        if damaged:
+            log(f"skipped {len(damaged)} damaged shard(s) of {len(files) + len(damaged)}")
+        if not files:
+            raise DataError(f"every shard of {pattern!r} is damaged")
     for directory in sorted({os.path.dirname(f) for f in files}):
         _check_manifest(directory, [f for f in files if os.path.dirname(f) == directory],
                         max_seq_length, vocab)
     return files
+
+
+def find_damaged(files: list[str]) -> list[tuple[str, str]]:
+    """(file, reason) for each of `files` that is missing, has another size or example
+    count than its manifest lists, or holds a record that fails its CRC. Reads every
+    byte of every file: what the pipeline does when reading fails, to name the file."""
+    damaged = []
+    for f in files:
+        manifest = load_manifest(os.path.dirname(f)) or {"shards": []}
+        listed = {s["file"]: s for s in manifest["shards"]}.get(os.path.basename(f), {})
+        if not tf.io.gfile.exists(f):
+            damaged.append((f, "missing"))
+            continue
+        size = tf.io.gfile.stat(f).length
+        if listed.get("bytes") not in (None, size):
+            damaged.append((f, f"{size} bytes, the manifest lists {listed['bytes']}"))
+            continue
+        count = 0
+        try:
+            for _ in tf.data.TFRecordDataset(f, buffer_size=1 << 20):
+                count += 1
+        except tf.errors.DataLossError as e:
+            damaged.append((f, f"unreadable after {count} records: "
+                               f"{e.message.split('}')[-1].strip()}"))
+            continue
+        if listed.get("num_examples") not in (None, count):
+            damaged.append((f, f"{count} records, the manifest lists "
+                               f"{listed['num_examples']}"))
+    return damaged
+
+
+def damaged_data_error(files: list[str], error: tf.errors.DataLossError) -> DataError:
+    """The error to raise when reading `files` failed with `error`: names the damaged
+    file(s) (found by reading them all through) and what to do."""
+    damaged = find_damaged(files)
+    if not damaged:
+        return DataError(f"reading the data failed ({error.message.split('}')[-1].strip()})"
+                         f" but every one of its {len(files)} shards reads back whole now")
+    names = "; ".join(f"{f}: {reason}" for f, reason in damaged)
+    return DamagedShardError(f"{names}. Re-create the data, or leave the damaged shard(s) "
+                             "out", damaged[0][0])
 
 
 def load_manifest(directory: str) -> dict | None:
@@ -86,6 +155,18 @@ def _check_manifest(directory, files, max_seq_length, vocab):
         if os.path.basename(f) not in listed:
             raise DataError(f"{f}: not listed in {path}; it is left over from another run "
                             "or still being written")
+    sizes = {s["file"]: s.get("bytes") for s in manifest["shards"]}
+    for f in files:
+        expected = sizes[os.path.basename(f)]
+        if expected is None:
+            continue  # manifests from before sizes were recorded
+        if not tf.io.gfile.exists(f):
+            raise DataError(f"{f}: listed in {path} but missing")
+        actual = tf.io.gfile.stat(f).length
+        if actual != expected:
+            raise DamagedShardError(
+                f"{f}: {actual} bytes, but {path} lists {expected}: the shard was "
+                "truncated or changed after it was written", f)
     if max_seq_length is not None and manifest["max_seq_length"] != max_seq_length:
         raise DataError(f"{path}: max_seq_length is {manifest['max_seq_length']} but the run "
                         f"uses max_seq_length={max_seq_length}")
@@ -111,9 +192,12 @@ def pretraining_dataset(
     Training repeats and shuffles forever; evaluation reads each example at most once.
     Both drop a last partial batch, so shapes stay static.
 
+    seed: makes the example order and the masks deterministic (see the module
+    docstring); None draws both afresh.
     skip_batches: batches to pass over before the first one (resuming a run: with a
-    `seed`, the order is the same in every run, so this continues where it stopped).
-    They are skipped before parsing and masking, which is what costs.
+    `seed`, the order and the masks are the same in every run, so this continues where
+    it stopped, batch for batch). They are skipped before parsing and masking, which is
+    what costs.
     """
     batch_size = global_batch_size
     num_pipelines, pipeline_id = 1, 0
@@ -145,10 +229,22 @@ def pretraining_dataset(
     if skip_batches:
         dataset = dataset.skip(skip_batches)
 
-    @tf.autograph.experimental.do_not_convert
-    def parse_and_mask(serialized):
-        batch = examples.parse(serialized, max_seq_length)
-        return masking.mask_batch(batch, masking_config)
+    if seed is None:
+        @tf.autograph.experimental.do_not_convert
+        def parse_and_mask(serialized):
+            return masking.mask_batch(examples.parse(serialized, max_seq_length),
+                                      masking_config)
+    else:
+        # The masks of batch i are a pure function of (seed, pipeline, i): a resumed
+        # run, which skips the batches it has trained on, masks the rest as before.
+        stream = tf.constant([seed, 2 * pipeline_id + int(is_training)], tf.int64)
+        dataset = dataset.enumerate(start=skip_batches)
+
+        @tf.autograph.experimental.do_not_convert
+        def parse_and_mask(index, serialized):
+            return masking.mask_batch(
+                examples.parse(serialized, max_seq_length), masking_config,
+                seed=tf.random.experimental.stateless_fold_in(stream, index))
 
     dataset = dataset.map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=seed is not None)

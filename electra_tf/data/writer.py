@@ -193,6 +193,7 @@ def write_pretraining_data(
         raise
     for writer in writers:
         writer.close()
+    sizes = [tf.io.gfile.stat(path).length for path in tmp_paths]
 
     # Commit: drop the old manifest first, so no reader ever sees it beside new shards.
     old_shards = _listed_shards(manifest_path)
@@ -222,7 +223,9 @@ def write_pretraining_data(
         "tokenizer": tokenizer_settings(lower_case),
         "source": source.source,
         "input": source.stats.as_dict(),
-        "shards": [{"file": name, "num_examples": n} for name, n in zip(names, counts)],
+        # Each shard's size: a reader tells a truncated or overwritten shard by it.
+        "shards": [{"file": name, "num_examples": n, "bytes": size}
+                   for name, n, size in zip(names, counts, sizes)],
     }
     write_json_atomic(manifest, manifest_path)
     return result

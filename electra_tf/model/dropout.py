@@ -9,8 +9,15 @@ derives each element's keep/drop bit from a hash of (seed, element index): two r
 the murmur3 32-bit finaliser, a handful of integer ops that XLA fuses into the consumer
 (~0.1 ns per element). The keep probability is exact to 2^-32; masks are
 statistically independent across elements and calls (tests/model/test_dropout.py).
-Under a distribution strategy every replica draws the same seeds, so replicas share masks
-(on different examples), as with Keras' own `Dropout`.
+Two sources for the seeds:
+- Inside `seeded(seed, replica)` (pre-training: the trainer's step seed), a layer's seed
+  is a stateless function of `seed` and the layer's `stream` number (`number_streams`),
+  and the element index is offset by `replica * size`, so the mask of every element of
+  the GLOBAL batch is a pure function of (run seed, step, layer, position): a resumed
+  run draws exactly the masks of an uninterrupted one, and one replica or many draw the
+  same masks for the same examples. (The index wraps at 2^32 elements per layer call.)
+- Elsewhere, two 32-bit seeds per call from the layer's `SeedGenerator`, as Keras'
+  `Dropout` would draw (every replica draws the same seeds then).
 
 Everything else is Keras' `Dropout`: same arguments, same `1 / (1 - rate)` scaling, a
 no-op outside training. `noise_shape` is not supported (nothing here uses it).
@@ -23,6 +30,9 @@ no-op outside training. `noise_shape` is not supported (nothing here uses it).
 >>> layer(np.ones((3,), "float32"), training=False).numpy().tolist()
 [1.0, 1.0, 1.0]
 """
+
+import contextlib
+import threading
 
 import keras
 import tensorflow as tf
@@ -40,10 +50,14 @@ def _fmix32(h):
     return tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, tf.constant(16, tf.uint32)))
 
 
-def random_bits(shape, seed) -> tf.Tensor:
-    """uint32 bits of `shape`, a pure function of `seed` (two int32) and the position."""
+_SEEDED = threading.local()  # (seed, replica) of the innermost `seeded` block, or None
+
+
+def random_bits(shape, seed, offset=0) -> tf.Tensor:
+    """uint32 bits of `shape`, a pure function of `seed` (two int32) and the position
+    (plus `offset`, modulo 2^32)."""
     index = tf.range(tf.reduce_prod(shape), dtype=tf.int32)
-    index = tf.bitcast(tf.reshape(index, shape), tf.uint32)
+    index = tf.bitcast(tf.reshape(index, shape), tf.uint32) + tf.cast(offset, tf.uint32)
     seed = tf.bitcast(tf.cast(seed, tf.int32), tf.uint32)
     h = _fmix32(tf.bitwise.bitwise_xor(index * tf.constant(_GOLDEN, tf.uint32), seed[0]))
     return _fmix32(h + seed[1])
@@ -58,15 +72,28 @@ class HashDropout(keras.layers.Dropout):
             raise ValueError("HashDropout does not support `noise_shape`. "
                              f"Received: `noise_shape={noise_shape}`")
         super().__init__(rate, seed=seed, **kwargs)
+        self.stream = None  # set by `number_streams`
 
     def call(self, inputs, training=False):
         if not training or self.rate == 0:
             return inputs
         if self.rate >= 1:
             return tf.zeros_like(inputs)
-        seed = keras.random.randint([2], -2**31, 2**31 - 1, dtype="int32",
-                                    seed=self.seed_generator)
-        bits = random_bits(tf.shape(inputs), seed)
+        seeded_by = getattr(_SEEDED, "value", None)
+        if seeded_by is None:
+            seed = keras.random.randint([2], -2**31, 2**31 - 1, dtype="int32",
+                                        seed=self.seed_generator)
+            offset = 0
+        else:
+            if self.stream is None:
+                raise ValueError(f"{self.path}: a HashDropout inside `seeded()` needs a "
+                                 "stream number: call `number_streams(model)` once built")
+            step_seed, replica = seeded_by
+            seed = tf.random.stateless_uniform(
+                [2], tf.random.experimental.stateless_fold_in(step_seed, self.stream),
+                minval=None, maxval=None, dtype=tf.int32)
+            offset = tf.cast(replica, tf.uint32) * tf.cast(tf.size(inputs), tf.uint32)
+        bits = random_bits(tf.shape(inputs), seed, offset)
         threshold = tf.constant(min(round(self.rate * 2**32), 2**32 - 1), tf.uint32)
         scale = tf.cast(1.0 / (1.0 - self.rate), inputs.dtype)
         return tf.where(bits >= threshold, inputs * scale, tf.zeros_like(inputs))
@@ -87,3 +114,27 @@ def use_hash_dropout(layer: keras.layers.Layer) -> int:
             sub.__class__ = HashDropout
             count += 1
     return count
+
+
+def number_streams(model: keras.layers.Layer) -> int:
+    """Gives every `HashDropout` in `model` its own `stream` (0, 1, ... in the model's
+    layer order, the same in every run); returns how many."""
+    count = 0
+    for sub in model._flatten_layers(include_self=True):  # pylint: disable=protected-access
+        if isinstance(sub, HashDropout):
+            sub.stream = count
+            count += 1
+    return count
+
+
+@contextlib.contextmanager
+def seeded(seed, replica=0):
+    """Within the block, numbered `HashDropout`s draw stateless masks from `seed` (a [2]
+    integer tensor, e.g. (run seed, step)) and this `replica`'s rows of the global batch
+    (see the module docstring). Enter it where the model is called (while tracing)."""
+    previous = getattr(_SEEDED, "value", None)
+    _SEEDED.value = (tf.convert_to_tensor(seed, tf.int64), replica)
+    try:
+        yield
+    finally:
+        _SEEDED.value = previous

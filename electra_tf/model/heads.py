@@ -17,12 +17,33 @@ import keras_hub
 from electra_tf.model import encoder
 
 
+class MaskedLMHead(keras_hub.layers.MaskedLMHead):
+    """keras-hub's `MaskedLMHead` (exactly the original's `get_masked_lm_output`), whose
+    output bias also works under a mixed precision policy.
+
+    keras-hub adds its float32 bias with `outputs + self._bias` to float16/bfloat16
+    outputs (its layer does not autocast), which TF refuses: the `AddV2` of a half and
+    a float tensor. Here the bias is added in float32, so the logits, which a softmax
+    reads next, come out float32. Same variables, same names, same float32 results.
+    """
+
+    def call(self, inputs, mask_positions):
+        x = keras.ops.take_along_axis(inputs, keras.ops.expand_dims(mask_positions, -1),
+                                      axis=1)
+        x = self._intermediate_layer_norm(self._intermediate_dense(x))
+        if self.token_embedding is not None:
+            outputs = self.token_embedding(x, reverse=True)
+        else:
+            outputs = keras.ops.matmul(x, keras.ops.cast(self._kernel, x.dtype))
+        outputs = keras.ops.cast(outputs, "float32") + keras.ops.cast(self._bias, "float32")
+        return outputs if self.activation is None else self.activation(outputs)
+
+
 def masked_lm_head(embeddings: encoder.Embeddings, layer_norm_epsilon: float = 1e-12,
                    dtype=None, name: str = "generator_predictions"):
     """The generator head: gather masked positions → dense to E + gelu + LayerNorm → the
-    (tied) token embedding matrix transposed + an output bias. keras-hub's `MaskedLMHead`
-    is exactly the original's `get_masked_lm_output`."""
-    return keras_hub.layers.MaskedLMHead(
+    (tied) token embedding matrix transposed + an output bias (`MaskedLMHead`)."""
+    return MaskedLMHead(
         token_embedding=embeddings.token_embedding, intermediate_activation="gelu",
         layer_norm_epsilon=layer_norm_epsilon, kernel_initializer=encoder.initializer(),
         dtype=dtype, name=name)

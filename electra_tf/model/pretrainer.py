@@ -29,6 +29,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from electra_tf.model import dropout as dropout_lib
 from electra_tf.model import encoder
 from electra_tf.model import heads
 from electra_tf.model import sampling
@@ -90,7 +91,16 @@ class ElectraPretrainer(keras.Model):
             name="discriminator_predictions")
 
     # === Forward ===
-    def call(self, batch, uniform=None, training=None):
+    def call(self, batch, uniform=None, dropout_seed=None, replica=0, training=None):
+        """`uniform`: [B, P] noise for the sampling (drawn here if None).
+        `dropout_seed`: a [2] integer tensor that makes every dropout mask a stateless
+        function of it (`dropout.seeded`), for `replica`'s rows of the global batch."""
+        if dropout_seed is None:
+            return self._forward(batch, uniform, training)
+        with dropout_lib.seeded(dropout_seed, replica):
+            return self._forward(batch, uniform, training)
+
+    def _forward(self, batch, uniform, training):
         input_ids = batch["input_ids"]
         segment_ids = batch["segment_ids"]
         padding_mask = batch["input_mask"]
@@ -128,6 +138,7 @@ class ElectraPretrainer(keras.Model):
         """Creates every variable (eagerly, e.g. inside `strategy.scope()`)."""
         self(dummy_batch(1, seq_length, num_predictions),
              uniform=np.zeros((1, num_predictions), "float32"), training=False)
+        dropout_lib.number_streams(self)
         return self
 
     def discriminator_variables(self):

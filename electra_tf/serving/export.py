@@ -22,6 +22,12 @@ truncated to S. A pair is truncated round-robin (one token from each side in tur
 tf.text's `RoundRobinTrimmer`), computed with core ragged ops: the `RoundRobinTrim` kernel
 exists only in TF Serving >= 2.20, and the export must load in older servers.
 
+Any bytes are accepted as text: "" or whitespace gives `[CLS] [SEP]`, text longer than S
+is cut (100,000 characters cost milliseconds), and invalid UTF-8 is read as if each
+malformed sequence were U+FFFD, so it ends up inside an `[UNK]` word (tf.text's normalizer
+decodes it so; no transcoding op is needed). `tests/serving/test_robustness.py` holds the
+export to this in TF Serving's session loader.
+
 The archive is written by `keras.export.ExportArchive`, whose variables TF Serving's
 session-based loader finds (`tf.saved_model.save` of a `tf.Module` holding a Keras 3 model
 does not: keras#20095). The vocab travels in `assets/vocab.txt`; a warm-up file of

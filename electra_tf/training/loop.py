@@ -7,11 +7,19 @@ One replica step (`_replica_step`), read top to bottom:
     ─► all-reduce (sum) ─► optimizer: clip to global norm, weight decay, AdamW ─► metrics
 
 `steps_per_loop` such steps run inside one `tf.function` (one host round-trip per loop,
-which is what TPUs need). The sampling noise for step t is
-`stateless_uniform([global_batch, P], seed=(seed, t))`, and each replica takes its rows,
-so the same examples get the same samples whatever the number of replicas.
+which is what TPUs need). The loop ends early, at a step boundary, when SIGTERM has set
+`stop_requested` or a step's losses or gradient norm were not finite (`nonfinite`).
+
+Every random draw of step t is a function of (seed, t), so a resumed run repeats an
+uninterrupted one: the sampling noise is `stateless_uniform([global_batch, P],
+seed=(seed, t))`, of which each replica takes its rows, and the dropout masks are
+stateless hashes of (seed, t, layer, global element index) (`model/dropout.py`); both
+are therefore also the same whatever the number of replicas. The masks of the data are
+functions of (seed, batch index) (`data/pipeline.py`).
 """
 
+import contextlib
+import json
 import os
 import time
 
@@ -24,12 +32,14 @@ from electra_tf import progress
 from electra_tf.data import masking as masking_lib
 from electra_tf.data import pipeline
 from electra_tf.data import writer
+from electra_tf.model import dropout as dropout_lib
 from electra_tf.model import losses
 from electra_tf.model import pretrainer
 from electra_tf.text import tokenizer
 from electra_tf.training import distribute
 from electra_tf.training import metrics as metrics_lib
 from electra_tf.training import optimizer as optimizer_lib
+from electra_tf.training import preemption
 from electra_tf.training import summaries
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -55,6 +65,16 @@ class Trainer:
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
             self.train_metrics = metrics_lib.PretrainingMetrics(config.model.disc_weight)
             self.eval_metrics = metrics_lib.PretrainingMetrics(config.model.disc_weight)
+        # Host state that the compiled loop reads or writes once per step.
+        self.stop_requested = tf.Variable(False, trainable=False, name="stop_requested")
+        # (step, which): the first step whose mlm_loss (1), rtd_loss (2) or gradient
+        # norm (4) was not finite; step -1 while none was.
+        self.nonfinite = tf.Variable([-1, 0], dtype=tf.int64, trainable=False,
+                                     name="nonfinite")
+        # float16: steps the loss-scale optimizer skipped (overflowing gradients).
+        self.skipped_steps = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                         name="skipped_steps")
+        self.loss_scaling = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         # XLA: the forward/backward pass. Mirrored strategies cannot compile the
         # all-reduce and the optimizer update (cross-device resources); TPUs compile all.
         self._forward_backward = tf.function(self._forward_backward_fn,
@@ -89,9 +109,9 @@ class Trainer:
         small["mlm_predictions"] = tf.argmax(outputs["mlm_logits"], -1, output_type=tf.int32)
         return loss, small, values
 
-    def _forward_backward_fn(self, batch, uniform, counts):
+    def _forward_backward_fn(self, batch, uniform, counts, dropout_seed, replica):
         variables = self.model.trainable_variables
-        with tf.GradientTape() as tape:
+        with tf.GradientTape() as tape, dropout_lib.seeded(dropout_seed, replica):
             loss, outputs, values = self._outputs_and_loss(batch, uniform, counts, True)
             scaled = self.optimizer.scale_loss(loss)   # loss scaling under float16
         return tape.gradient(scaled, variables), outputs, values
@@ -104,7 +124,12 @@ class Trainer:
         """(gradients summed over replicas, outputs, loss values) of this replica's rows."""
         counts = self._global_counts(batch)
         uniform = self._uniform(self.config.train.seed, step)
-        grads, outputs, values = self._forward_backward(batch, uniform, counts)
+        dropout_seed = tf.stack([tf.constant(self.config.train.seed, tf.int64),
+                                 tf.cast(step, tf.int64)])
+        replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group,
+                          tf.int32)
+        grads, outputs, values = self._forward_backward(batch, uniform, counts,
+                                                        dropout_seed, replica)
         # Sum over replicas here (not in Keras) so that clipping sees the global gradient.
         return tf.distribute.get_replica_context().all_reduce(SUM, grads), outputs, values
 
@@ -115,11 +140,41 @@ class Trainer:
             grad_norm /= tf.cast(self.optimizer.dynamic_scale, grad_norm.dtype)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         self.train_metrics.update(batch, outputs, values, grad_norm)
+        # Replicas whose mlm_loss, rtd_loss, gradient norm is not finite: the same
+        # counts on every replica (and worker), so all of them stop at the same step.
+        finite = tf.math.is_finite(tf.stack([values["mlm_loss"], values["rtd_loss"],
+                                             tf.cast(grad_norm, tf.float32)]))
+        return tf.distribute.get_replica_context().all_reduce(
+            SUM, tf.cast(tf.logical_not(finite), tf.float32))
 
     def _train_loop_fn(self, iterator, num_steps):
         for _ in tf.range(num_steps):
-            self.strategy.run(self._replica_step, args=(next(iterator), self.step.value()))
+            if tf.logical_or(self.stop_requested.read_value(), self.nonfinite[0] >= 0):
+                break
+            bad = self.strategy.run(self._replica_step,
+                                    args=(next(iterator), self.step.value()))
             self.step.assign_add(1)
+            self._record_nonfinite(self.strategy.experimental_local_results(bad)[0] > 0)
+
+    def _record_nonfinite(self, bad):
+        """bad: [3] bool, mlm_loss/rtd_loss/gradient norm not finite at this step."""
+        if self.loss_scaling:
+            # float16: the optimizer has skipped the update (and lowered the loss scale).
+            self.skipped_steps.assign_add(tf.cast(bad[2], tf.int64))
+            bad = tf.stack([bad[0], bad[1], tf.constant(False)])
+        which = tf.reduce_sum(tf.cast(bad, tf.int64) * tf.constant([1, 2, 4], tf.int64))
+        first = tf.logical_and(which > 0, self.nonfinite[0] < 0)
+        self.nonfinite.assign(tf.where(first, tf.stack([self.step.value(), which]),
+                                       self.nonfinite.value()))
+
+    def nonfinite_step(self) -> tuple[int, list[str]] | None:
+        """(step, names of the non-finite quantities) of the first bad step, or None."""
+        step, which = (int(v) for v in self.nonfinite.numpy())
+        if step < 0:
+            return None
+        names = [name for bit, name in ((1, "mlm_loss"), (2, "rtd_loss"),
+                                        (4, "gradient norm")) if which & bit]
+        return step, names
 
     def _eval_batch_fn(self, batch, index):
         def replica_fn(batch, index):
@@ -186,9 +241,28 @@ def _files(config, key, vocab):
         raise errors.UserError(f"config.data.{key} is empty: give a data directory, "
                                "manifest or glob")
     try:
-        return pipeline.resolve_files(pattern, config.data.max_seq_length, vocab)
+        return pipeline.resolve_files(pattern, config.data.max_seq_length, vocab,
+                                      skip_damaged=config.data.skip_damaged_shards)
+    except pipeline.DamagedShardError as e:
+        raise errors.UserError(f"config.data.{key}: {e}{_DAMAGED_HINT}") from None
     except errors.UserError as e:
         raise errors.UserError(f"config.data.{key}={pattern!r}: {e}") from None
+
+
+_DAMAGED_HINT = (" (config.data.skip_damaged_shards=true reads every shard at start and "
+                 "leaves the damaged ones out)")
+
+
+@contextlib.contextmanager
+def _naming_damaged(files, key):
+    """A record that fails to read inside the compiled loop is a `DataLossError` that
+    names no file: read the files through to name it."""
+    try:
+        yield
+    except tf.errors.DataLossError as e:
+        error = pipeline.damaged_data_error(files, e)
+        raise errors.UserError(f"config.data.{key}: {error}{_DAMAGED_HINT}; the last "
+                               "checkpoint is kept") from None
 
 
 def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
@@ -197,6 +271,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     # ------------------------------------------------------------ runtime
     strategy = strategy or distribute.get_strategy(config.runtime)
     chief = distribute.is_chief(strategy)
+    distribute.local_batch_size(strategy, config.train.batch_size)  # before any dataset
 
     # ------------------------------------------------------------ data
     if not config.data.vocab_file:
@@ -210,11 +285,13 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                  if eval_files else None)
 
     # ------------------------------------------------------------ model, optimizer
+    _check_same_run(config, workdir, vocab)
     trainer = Trainer(config, strategy, vocab.size, masking.max_predictions)
 
     # ------------------------------------------------------------ checkpoint (resume)
     # Order: variables exist (model and optimizer built) → restore → the data stream,
-    # which skips the batches the restored step has consumed (same seed, same order).
+    # which skips the batches the restored step has consumed (same seed, same order,
+    # same masks: the run continues batch for batch).
     checkpoint_dir = os.path.join(workdir, "checkpoints")
     if not chief:  # other workers must save too (collectives); they write aside
         checkpoint_dir = os.path.join(workdir, "tmp", f"worker_{distribute.worker_id(strategy)}")
@@ -223,21 +300,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir,
                                          max_to_keep=config.train.keep_checkpoints,
                                          step_counter=trainer.step)
-    if chief:
-        latest = manager.latest_checkpoint
-    else:
-        latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
-    if latest:
-        # A converted checkpoint (tools/convert_checkpoint.py) holds the step and the
-        # model only: it starts a fresh optimizer (and warm-up) on the converted weights.
-        saved = {name.split("/")[0] for name, _ in tf.train.list_variables(latest)}
-        restore = checkpoint if "optimizer" in saved else tf.train.Checkpoint(
-            step=trainer.step, model=trainer.model)
-        restore.restore(latest).assert_existing_objects_matched()
-        logging.info("Resumed from %s at step %d%s", latest, int(trainer.step.numpy()),
-                     "" if "optimizer" in saved else " (no optimizer state: a new one)")
-    else:
-        logging.info("No checkpoint in %s: starting from step 0", checkpoint_dir)
+    restored = _restore(trainer, checkpoint, os.path.join(workdir, "checkpoints"))
     step = int(trainer.step.numpy())
     iterator = iter(distributed_dataset(strategy, train_files, config, masking,
                                         training=True, step=step))
@@ -248,7 +311,8 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         writer.write_json_atomic(config.to_dict(), os.path.join(workdir, "config.json"))
         vocab_copy = os.path.join(workdir, "vocab.txt")
         if os.path.abspath(config.data.vocab_file) != os.path.abspath(vocab_copy):
-            tf.io.gfile.copy(config.data.vocab_file, vocab_copy, overwrite=True)
+            tf.io.gfile.copy(config.data.vocab_file, vocab_copy + ".tmp", overwrite=True)
+            tf.io.gfile.rename(vocab_copy + ".tmp", vocab_copy, overwrite=True)
         train_writer = tf.summary.create_file_writer(os.path.join(workdir, "logs", "train"))
         eval_writer = tf.summary.create_file_writer(os.path.join(workdir, "logs", "eval"))
         summaries.write_config(train_writer, config)
@@ -259,60 +323,170 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     train = config.train
     tokens_per_step = trainer.global_batch * config.data.max_seq_length
     results = {}
+    saved_step = step if restored else None
     last_time, last_step, start_time, start_step = time.time(), step, time.time(), step
-    while step < train.steps:
-        # Run to the next log/checkpoint/eval boundary, at most steps_per_loop steps.
-        boundary = min(_next_multiple(step, n) for n in (
-            train.log_every, train.checkpoint_every, train.eval_every, train.steps_per_loop))
-        trainer.train_loop(iterator, tf.constant(min(boundary, train.steps) - step))
+    last_skipped = 0
+    handler = preemption.multi_worker_handler(strategy, manager)
+    try:
+        with preemption.SigtermWatcher(trainer.stop_requested) as sigterm:
+            while step < train.steps and not sigterm.received.is_set():
+                # Run to the next log/checkpoint/eval boundary, at most steps_per_loop.
+                boundary = min(_next_multiple(step, n) for n in (
+                    train.log_every, train.checkpoint_every, train.eval_every,
+                    train.steps_per_loop))
+                with _naming_damaged(train_files, "train_files"):
+                    trainer.train_loop(iterator,
+                                       tf.constant(min(boundary, train.steps) - step))
+                step = int(trainer.step.numpy())
+                _raise_if_nonfinite(trainer, manager)
+                if handler is not None:  # saves and raises Preempted if a worker got SIGTERM
+                    handler.save_checkpoint_if_preempted(checkpoint_number=step)
+                if sigterm.received.is_set():
+                    break
+
+                if step % train.log_every == 0 or step == train.steps:
+                    values = trainer.train_metrics.result()
+                    trainer.train_metrics.reset()
+                    now = time.time()
+                    rate = (step - last_step) / max(now - last_time, 1e-9)
+                    values.update(learning_rate=float(trainer.optimizer.learning_rate),
+                                  steps_per_sec=rate,
+                                  examples_per_sec=rate * trainer.global_batch,
+                                  tokens_per_sec=rate * tokens_per_step)
+                    skipped = ""
+                    if trainer.loss_scaling:
+                        total = int(trainer.skipped_steps.numpy())
+                        values["skipped_steps"] = total - last_skipped
+                        values["loss_scale"] = float(trainer.optimizer.dynamic_scale)
+                        skipped = (f" | skipped {total - last_skipped} step(s) (float16 "
+                                   f"overflow; loss scale {values['loss_scale']:g})")
+                        last_skipped = total
+                    summaries.write_scalars(train_writer, values, step)
+                    overall = (step - start_step) / max(now - start_time, 1e-9)
+                    logging.info(
+                        "step %d/%d (%.1f%%) loss %.4f mlm %.4f rtd %.4f disc_auc %.3f | "
+                        "%.2f steps/s %.0f ex/s ETA %s%s", step, train.steps,
+                        100 * step / train.steps, values["loss"], values["mlm_loss"],
+                        values["rtd_loss"], values["disc_auc"], rate,
+                        rate * trainer.global_batch,
+                        progress.format_duration((train.steps - step) / max(overall, 1e-9)),
+                        skipped)
+                    last_time, last_step, results = now, step, values
+
+                if step % train.checkpoint_every == 0 or step == train.steps:
+                    path = manager.save(checkpoint_number=step)
+                    saved_step = step
+                    if chief:
+                        logging.info("Saved %s", path)
+
+                if eval_data is not None and (step % train.eval_every == 0
+                                              or step == train.steps):
+                    with _naming_damaged(eval_files, "eval_files"):
+                        results = trainer.evaluate(eval_data, train.eval_steps)
+                    summaries.write_scalars(eval_writer, results, step)
+                    logging.info("eval at step %d: %s", step,
+                                 " ".join(f"{k} {v:.4f}" for k, v in results.items()))
+                    last_time = time.time()  # evaluation time is not training time
+
+            if sigterm.received.is_set():
+                if saved_step != step:
+                    path = manager.save(checkpoint_number=step)
+                    logging.info("Saved %s", path)
+                logging.warning("Stopped by SIGTERM at step %d/%d; the same command resumes "
+                                "from there", step, train.steps)
+    except preemption.Preempted:
         step = int(trainer.step.numpy())
-
-        if step % train.log_every == 0 or step == train.steps:
-            values = trainer.train_metrics.result()
-            trainer.train_metrics.reset()
-            _check_finite(values, last_step, step)
-            now = time.time()
-            rate = (step - last_step) / max(now - last_time, 1e-9)
-            values.update(learning_rate=float(trainer.optimizer.learning_rate),
-                          steps_per_sec=rate, examples_per_sec=rate * trainer.global_batch,
-                          tokens_per_sec=rate * tokens_per_step)
-            summaries.write_scalars(train_writer, values, step)
-            overall = (step - start_step) / max(now - start_time, 1e-9)
-            logging.info(
-                "step %d/%d (%.1f%%) loss %.4f mlm %.4f rtd %.4f disc_auc %.3f | "
-                "%.2f steps/s %.0f ex/s ETA %s", step, train.steps, 100 * step / train.steps,
-                values["loss"], values["mlm_loss"], values["rtd_loss"], values["disc_auc"],
-                rate, rate * trainer.global_batch,
-                progress.format_duration((train.steps - step) / max(overall, 1e-9)))
-            last_time, last_step, results = now, step, values
-
-        if step % train.checkpoint_every == 0 or step == train.steps:
-            path = manager.save(checkpoint_number=step)
-            if chief:
-                logging.info("Saved %s", path)
-
-        if eval_data is not None and (step % train.eval_every == 0 or step == train.steps):
-            results = trainer.evaluate(eval_data, train.eval_steps)
-            summaries.write_scalars(eval_writer, results, step)
-            logging.info("eval at step %d: %s", step,
-                         " ".join(f"{k} {v:.4f}" for k, v in results.items()))
-            last_time = time.time()  # evaluation time is not training time
+        logging.warning("Preempted: saved a checkpoint at step %d/%d; the same command on "
+                        "every worker resumes from there", step, train.steps)
+    finally:
+        train_writer.flush()
+        eval_writer.flush()
 
     if not chief:
         tf.io.gfile.rmtree(os.path.join(workdir, "tmp"))
     return results
 
 
+def _check_same_run(config, workdir, vocab):
+    """A workdir holds one run: resuming it with another model, sequence length, batch
+    size, seed or vocab would not continue it (or fail deep in restore)."""
+    path = os.path.join(workdir, "config.json")
+    if not tf.io.gfile.exists(path):
+        return
+    with tf.io.gfile.GFile(path) as f:
+        saved = json.load(f)
+    # The model's shapes; once it has trained (a converted workdir is at step 0), also
+    # what the position in the data stream depends on.
+    fixed = [("model", "size"), ("model", "generator_hidden_fraction"),
+             ("model", "generator_layer_fraction"), ("model", "tie_embeddings")]
+    latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+    if latest and not latest.endswith("-0"):
+        fixed += [("data", "max_seq_length"), ("train", "batch_size"), ("train", "seed")]
+    for section, key in fixed:
+        before = saved.get(section, {}).get(key)
+        now = config[section][key]
+        if before is not None and before != now:
+            raise errors.UserError(
+                f"config.{section}.{key}={now!r}, but the run in {workdir} was started with "
+                f"{before!r} ({path}): use another --workdir, or the same value to resume")
+    vocab_copy = os.path.join(workdir, "vocab.txt")
+    if tf.io.gfile.exists(vocab_copy):
+        if tokenizer.Vocab.load(vocab_copy).sha256 != vocab.sha256:
+            raise errors.UserError(
+                f"config.data.vocab_file={config.data.vocab_file!r} differs from the vocab "
+                f"the run in {workdir} was started with ({vocab_copy})")
+
+
+def _restore(trainer, checkpoint, directory) -> str | None:
+    """Restores the newest readable checkpoint of `directory`; returns its path.
+
+    TF writes a checkpoint's files first and then, atomically, the `checkpoint` state
+    file that names it, so a crash while saving leaves the previous one the latest. A
+    checkpoint that cannot be read (a damaged file) is reported and the one before it is
+    tried. A converted checkpoint (tools/convert_checkpoint.py) holds the step and the
+    model only: it starts a fresh optimizer (and warm-up) on the converted weights.
+    """
+    state = tf.train.get_checkpoint_state(directory)
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    if state and state.model_checkpoint_path and state.model_checkpoint_path not in paths:
+        paths.append(state.model_checkpoint_path)
+    paths = [p if os.path.isabs(p) else os.path.join(directory, p) for p in paths]
+    for path in reversed(paths):
+        try:
+            saved = {name.split("/")[0] for name, _ in tf.train.list_variables(path)}
+            restore = checkpoint if "optimizer" in saved else tf.train.Checkpoint(
+                step=trainer.step, model=trainer.model)
+            restore.restore(path).assert_existing_objects_matched()
+        except (tf.errors.DataLossError, tf.errors.NotFoundError,
+                tf.errors.OutOfRangeError, tf.errors.InvalidArgumentError) as e:
+            logging.error("Cannot read checkpoint %s (%s): trying the one before it", path,
+                          str(e).splitlines()[0])
+            continue
+        logging.info("Resumed from %s at step %d%s", path, int(trainer.step.numpy()),
+                     "" if "optimizer" in saved else " (no optimizer state: a new one)")
+        return path
+    if paths:
+        raise errors.RunError(f"none of the checkpoints in {directory} can be read "
+                              f"({', '.join(os.path.basename(p) for p in paths)})")
+    logging.info("No checkpoint in %s: starting from step 0", directory)
+    return None
+
+
+def _raise_if_nonfinite(trainer, manager):
+    bad = trainer.nonfinite_step()
+    if bad is None:
+        return
+    step, names = bad
+    latest = manager.latest_checkpoint
+    raise errors.RunError(
+        f"{' and '.join(names)} not finite at step {step}: stopped without saving; "
+        + (f"the last good checkpoint, {latest}, stays the latest. " if latest else
+           "there is no checkpoint yet. ")
+        + "Lower config.train.learning_rate or raise config.train.warmup_steps, or use "
+        "float32 if this is float16 (config.train.mixed_precision)")
+
+
 def _next_multiple(step: int, every: int) -> int:
     every = max(int(every), 1)
     return (step // every + 1) * every
-
-
-def _check_finite(values, first_step, last_step):
-    for name in ("loss", "mlm_loss", "rtd_loss", "grad_norm"):
-        value = values.get(name)
-        if value is not None and not tf.math.is_finite(value):
-            raise FloatingPointError(
-                f"{name} is {value} between steps {first_step} and {last_step}; the last "
-                "good checkpoint is the latest one in the workdir")
 

@@ -20,44 +20,20 @@ from electra_tf import errors
 from electra_tf.serving import export
 from tests import helpers
 
+SEQ = helpers.SERVING_SEQ
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SEQ = 16
 TEXTS = ["the cat sat on the mat", "", "   ", "Dog RAN under a log 🐕 и 猫 " * 40,
          "red blue"]
 PAIRS = ["it was big", "a", "", "then the small dog sat", "cat " * 30]
 
 
 def _session_run(export_dir, requests, outdir):
-    """Runs {signature: {input: array}} through `saved_model_cli`'s session runner."""
-    script = (
-        "import json, sys, numpy as np, tensorflow_text\n"
-        "from tensorflow.python.tools import saved_model_cli\n"
-        "requests = json.loads(sys.argv[1])\n"
-        "for name, feeds in requests.items():\n"
-        "    feeds = {k: np.array(v, dtype=object if isinstance(v[0], str) else 'int32')\n"
-        "             for k, v in feeds.items()}\n"
-        "    saved_model_cli.run_saved_model_with_feed_dict(\n"
-        "        sys.argv[2], 'serve', name, feeds, sys.argv[3] + '/' + name, False)\n")
-    result = subprocess.run([sys.executable, "-c", script, json.dumps(requests), export_dir,
-                             outdir], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return {name: {f[:-4]: np.load(os.path.join(outdir, name, f), allow_pickle=True)
-                   for f in os.listdir(os.path.join(outdir, name))} for name in requests}
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """A tiny pre-training run's workdir (config.json, vocab.txt, a checkpoint)."""
-    workdir = tmp_path_factory.mktemp("run")
-    vocab, model = helpers.write_pretrained_run(workdir, SEQ)
-    return {"workdir": str(workdir), "vocab": vocab, "model": model}
-
-
-@pytest.fixture(scope="module")
-def exported(run, tmp_path_factory):
-    output = str(tmp_path_factory.mktemp("models") / "electra" / "1")
-    export.export_run(run["workdir"], output)
-    return output
+    """Runs {signature: {input: list}} through `saved_model_cli`'s session runner."""
+    def array(values):
+        return np.array(values, dtype=object if isinstance(values[0], str) else np.int32)
+    return helpers.session_run(
+        export_dir, {name: (name, {k: array(v) for k, v in feeds.items()})
+                     for name, feeds in requests.items()}, outdir)
 
 
 def test_tf_serving_layout(exported):

@@ -1,0 +1,144 @@
+"""Crashes and preemption, end to end: a real `python -m electra_tf.train` killed with
+SIGKILL or stopped with SIGTERM resumes to exactly the weights of an uninterrupted run."""
+
+import os
+import random
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import helpers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = 60
+# Checkpoints every 10 steps, loops of 5: a kill lands between checkpoints, so the
+# resumed run redoes steps the killed one had already trained.
+RUN = ("--config.data.eval_files=", "--config.train.checkpoint_every=10",
+       "--config.train.steps_per_loop=5", "--config.train.log_every=10",
+       "--config.train.keep_checkpoints=2", "--config.train.seed=3")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return helpers.write_training_data(tmp_path_factory.mktemp("reliability"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data, tmp_path_factory):
+    """The final checkpoint of a run that nothing interrupts."""
+    workdir = str(tmp_path_factory.mktemp("uninterrupted") / "run")
+    result = _run(data, workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+
+
+def _command(data, workdir):
+    return helpers.train_command(data, workdir, *RUN, steps=STEPS)
+
+
+def _run(data, workdir):
+    return subprocess.run(_command(data, workdir), cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def _start(data, workdir, log):
+    return subprocess.Popen(_command(data, workdir), cwd=ROOT, stdout=log,
+                            stderr=subprocess.STDOUT)
+
+
+def _wait_for(predicate, process, timeout=300):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert process.poll() is None, "the run ended before it could be interrupted"
+        assert time.time() < deadline, "timed out waiting for the run"
+        time.sleep(0.05)
+
+
+def _checkpoint_steps(workdir):
+    state = tf.train.get_checkpoint_state(os.path.join(workdir, "checkpoints"))
+    if state is None:
+        return []
+    return [int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths]
+
+
+def _variables(path):
+    reader = tf.train.load_checkpoint(path)
+    # save_counter counts saves (the stopped run saved once more): bookkeeping, not state.
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if not name.startswith(("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter"))}
+
+
+def _assert_same_checkpoint(a, b):
+    """Every variable (model, optimizer slots, step), bit for bit."""
+    va, vb = _variables(a), _variables(b)
+    assert va.keys() == vb.keys()
+    assert any("optimizer" in name for name in va)
+    different = [name for name in va if not np.array_equal(va[name], vb[name])]
+    assert not different, f"{len(different)} of {len(va)} variables differ: {different[:5]}"
+
+
+def test_sigkill_at_a_random_moment_then_resume_is_exact(data, uninterrupted, tmp_path):
+    workdir = str(tmp_path / "run")
+    with open(tmp_path / "killed.log", "w") as log:
+        process = _start(data, workdir, log)
+        # Once the first checkpoint exists, kill at a random moment of the next ~1.5 s:
+        # inside a loop, between loops or while a checkpoint is being written.
+        _wait_for(lambda: _checkpoint_steps(workdir), process)
+        time.sleep(random.Random(os.getpid()).uniform(0.0, 1.5))
+        process.kill()
+        process.wait()
+    killed_at = max(_checkpoint_steps(workdir), default=0)
+    assert killed_at < STEPS, "the run finished before the kill"
+
+    result = _run(data, workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Resumed from" in result.stderr
+    final = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+    assert final.endswith(f"ckpt-{STEPS}")
+    _assert_same_checkpoint(final, uninterrupted)
+
+
+def test_sigterm_saves_at_the_next_step_and_exits_0_then_resume_is_exact(
+        data, uninterrupted, tmp_path):
+    workdir = str(tmp_path / "run")
+    log_path = tmp_path / "terminated.log"
+    with open(log_path, "w") as log:
+        process = _start(data, workdir, log)
+        _wait_for(lambda: 10 in _checkpoint_steps(workdir), process)
+        process.send_signal(signal.SIGTERM)
+        returncode = process.wait(timeout=120)
+    output = log_path.read_text()
+    assert returncode == 0, output[-3000:]
+    assert "Stopped by SIGTERM at step" in output
+    stopped_at = int(output.split("Stopped by SIGTERM at step ")[1].split("/")[0])
+    assert 10 <= stopped_at < STEPS
+    # The checkpoint is at the step the loop stopped after, not at a loop boundary.
+    assert max(_checkpoint_steps(workdir)) == stopped_at
+
+    result = _run(data, workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"ckpt-{stopped_at}" in result.stderr
+    _assert_same_checkpoint(
+        tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")), uninterrupted)
+
+
+def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(
+        data, tmp_path):
+    # A peak learning rate of 1e30 with no warm-up: step 1 makes the weights huge, step
+    # 2's LayerNorm overflows. Step 2 is a checkpoint boundary; it must not be saved.
+    workdir = str(tmp_path / "run")
+    result = subprocess.run(
+        helpers.train_command(data, workdir, "--config.train.learning_rate=1e30",
+                              "--config.train.warmup_steps=0", "--config.data.eval_files=",
+                              "--config.train.checkpoint_every=1",
+                              "--config.train.steps_per_loop=5", steps=10),
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "not finite at step 2" in last, last
+    assert "ckpt-1" in last and "Traceback" not in result.stderr
+    assert _checkpoint_steps(workdir)[-1] == 1
