@@ -3,6 +3,7 @@ SIGKILL or stopped with SIGTERM resumes to exactly the weights of an uninterrupt
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import time
@@ -142,3 +143,23 @@ def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint
     assert last.startswith("error: ") and "not finite at step 2" in last, last
     assert "ckpt-1" in last and "Traceback" not in result.stderr
     assert _checkpoint_steps(workdir)[-1] == 1
+
+
+def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(data, uninterrupted,
+                                                                 tmp_path):
+    """A half-written checkpoint that the state file does not name is never read; one
+    the state file names but that cannot be read (a damaged disk) is reported and the
+    one before it restores, and the run retrains to the same weights."""
+    workdir = tmp_path / "run"
+    shutil.copytree(os.path.dirname(os.path.dirname(uninterrupted)), workdir)
+    checkpoints = workdir / "checkpoints"
+    assert _checkpoint_steps(str(workdir)) == [50, 60]
+    (checkpoints / "ckpt-70.index").write_bytes(b"half-written")  # a crash while saving
+    data_file = next(checkpoints.glob("ckpt-60.data-*"))
+    data_file.write_bytes(data_file.read_bytes()[:1000])
+
+    result = _run(data, str(workdir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"Cannot read checkpoint {checkpoints / 'ckpt-60'}" in result.stderr
+    assert f"Resumed from {checkpoints / 'ckpt-50'} at step 50" in result.stderr
+    _assert_same_checkpoint(str(checkpoints / "ckpt-60"), uninterrupted)

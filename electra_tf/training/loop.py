@@ -328,7 +328,8 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     last_skipped = 0
     handler = preemption.multi_worker_handler(strategy, manager)
     try:
-        with preemption.SigtermWatcher(trainer.stop_requested) as sigterm:
+        with preemption.SigtermWatcher(trainer.stop_requested,
+                                       enabled=handler is None) as sigterm:
             while step < train.steps and not sigterm.received.is_set():
                 # Run to the next log/checkpoint/eval boundary, at most steps_per_loop.
                 boundary = min(_next_multiple(step, n) for n in (
@@ -398,6 +399,15 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         step = int(trainer.step.numpy())
         logging.warning("Preempted: saved a checkpoint at step %d/%d; the same command on "
                         "every worker resumes from there", step, train.steps)
+    except _LOST_PEER as e:
+        if handler is None:
+            raise
+        latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+        raise errors.RunError(
+            f"lost contact with another worker near step {step} ("
+            f"{_first_line(e.message)}): start every worker again with the same command "
+            f"to resume from the last checkpoint ({latest or 'none yet: from step 0'})"
+        ) from None
     finally:
         train_writer.flush()
         eval_writer.flush()
@@ -405,6 +415,17 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     if not chief:
         tf.io.gfile.rmtree(os.path.join(workdir, "tmp"))
     return results
+
+
+# What a collective raises when a peer worker dies: its socket closes (Unavailable), or
+# the coordination service misses its heartbeats and aborts every collective.
+_LOST_PEER = (tf.errors.UnavailableError, tf.errors.AbortedError,
+              tf.errors.DeadlineExceededError)
+
+
+def _first_line(message: str) -> str:
+    lines = [l.strip() for l in message.splitlines() if l.strip()]
+    return next((l.split("}}")[-1].strip() for l in lines if "}}" in l), lines[0] if lines else "")
 
 
 def _check_same_run(config, workdir, vocab):
@@ -457,10 +478,9 @@ def _restore(trainer, checkpoint, directory) -> str | None:
             restore = checkpoint if "optimizer" in saved else tf.train.Checkpoint(
                 step=trainer.step, model=trainer.model)
             restore.restore(path).assert_existing_objects_matched()
-        except (tf.errors.DataLossError, tf.errors.NotFoundError,
-                tf.errors.OutOfRangeError, tf.errors.InvalidArgumentError) as e:
+        except (tf.errors.OpError, IndexError) as e:  # IndexError: a truncated data file
             logging.error("Cannot read checkpoint %s (%s): trying the one before it", path,
-                          str(e).splitlines()[0])
+                          (str(e).strip().splitlines() or [type(e).__name__])[0])
             continue
         logging.info("Resumed from %s at step %d%s", path, int(trainer.step.numpy()),
                      "" if "optimizer" in saved else " (no optimizer state: a new one)")

@@ -29,14 +29,16 @@ class Preempted(Exception):
 
 
 class SigtermWatcher:
-    """Sets `flag` (a boolean `tf.Variable`) on SIGTERM; a context manager.
+    """Sets `flag` (a boolean `tf.Variable`) on SIGTERM; a context manager. Not
+    `enabled`, it leaves SIGTERM alone (to `PreemptionCheckpointHandler`).
 
     Outside the main thread (where Python cannot install signal handlers) it watches
     nothing and logs why.
     """
 
-    def __init__(self, flag: tf.Variable):
+    def __init__(self, flag: tf.Variable, enabled: bool = True):
         self._flag = flag
+        self._enabled = enabled
         self.received = threading.Event()
         self._installed = False
         self._previous_handler = None
@@ -44,6 +46,8 @@ class SigtermWatcher:
         self._read = self._write = None
 
     def __enter__(self):
+        if not self._enabled:
+            return self
         if threading.current_thread() is not threading.main_thread():
             logging.warning("Not in the main thread: SIGTERM will not stop training cleanly")
             return self

@@ -149,6 +149,24 @@ def test_bad_output_and_workdir_are_one_line_errors(run, tmp_path):
         export.export_run(str(empty), str(tmp_path / "m" / "1"))
 
 
+def test_a_crash_mid_export_leaves_no_version_and_the_next_export_works(run, tmp_path,
+                                                                        monkeypatch):
+    output = tmp_path / "models" / "electra" / "3"
+
+    def crash(path, requests, **kwargs):  # the archive is written: the crash comes late
+        raise KeyboardInterrupt("killed while writing the warm-up file")
+    monkeypatch.setattr(export, "write_warmup", crash)
+    with pytest.raises(KeyboardInterrupt):
+        export.export_run(run["workdir"], str(output))
+    # TF Serving loads numeric version directories only: "3.partial" is never loaded.
+    assert not output.exists()
+    assert sorted(os.listdir(output.parent)) == ["3.partial"]
+    monkeypatch.undo()
+    export.export_run(run["workdir"], str(output))
+    assert sorted(os.listdir(output.parent)) == ["3"]
+    assert (output / "saved_model.pb").exists()
+
+
 def test_export_tool(run, tmp_path):
     output = str(tmp_path / "models" / "electra" / "3")
     result = subprocess.run(
