@@ -482,6 +482,11 @@ def main(argv):
         raise errors.UserError(f"unexpected arguments: {' '.join(argv[1:])}")
     if _MODE.value != "train" and (_COMPARE_DATA.value or _PROFILE.value or _PROFILE_DIR.value):
         raise errors.UserError("--compare_data and --profile[_dir] are for --mode=train")
+    if _PROFILE.value or _PROFILE_DIR.value:
+        # XLA:CPU marks each of its ops (fusions, dots) in the trace only when asked; XLA
+        # reads the flag at its first compilation, which comes later.
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   " --xla_cpu_enable_xprof_traceme=true").strip()
     if _MODE.value == "train":
         results = bench_train()
     else:

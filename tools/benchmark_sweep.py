@@ -23,6 +23,7 @@ from electra_tf import cli  # first: quiets TF's start-up logging
 import datetime
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -118,9 +119,12 @@ def _failure_reason(result: subprocess.CompletedProcess) -> str:
         hint = " (out of memory?)" if -result.returncode == signal.SIGKILL else ""
         return f"killed by {name}{hint}"
     lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
-    # The tool's own one-line error, else the exception's last line.
-    reason = next((line for line in reversed(lines) if line.startswith("error:")),
-                  lines[-1] if lines else "no output")
+    # The tool's own one-line error, else the last line naming an exception (a TF
+    # error's last line is often just `[Op:...]`), else the last line.
+    reason = next((line for line in reversed(lines) if line.startswith("error:")), None)
+    reason = reason or next((line for line in reversed(lines)
+                             if re.match(r"^[\w.]*(Error|Exception|Exhausted)\b", line)),
+                            lines[-1] if lines else "no output")
     if result.returncode == 0:
         reason = "no JSON line in the output"
     return f"exit {result.returncode}: {reason[:300]}"
