@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from electra_tf.model import flops
 from electra_tf.model import sizes
 from configs import electra as electra_configs  # pylint: disable=g-bad-import-order
@@ -118,6 +120,7 @@ def test_sweep_writes_a_table_and_records_a_failed_point(tmp_path):
     assert "benchmark_sweep.py --config=configs/electra.py:tiny" in table  # the command
 
 
+@pytest.mark.slow
 def test_sweep_mirrored_runs_one_device_then_mirrored_at_the_same_global_batch(tmp_path):
     # Batch 3: one_device runs; two replicas cannot split it, a strategy error that the
     # sweep records. (The mirrored run itself: the test below.)
@@ -137,6 +140,7 @@ def test_sweep_mirrored_runs_one_device_then_mirrored_at_the_same_global_batch(t
     assert "| 32 | 3 | one_device | 1 |" in table and "| 32 | 3 | mirrored |  | **failed**" in table
 
 
+@pytest.mark.slow
 def test_train_benchmark_under_mirrored_over_two_logical_cpus():
     # The CPU is split before anything initialises TF's devices (the matmul peak did).
     results = last_json_line(run_tool("benchmark.py", *TINY, "--steps=1",

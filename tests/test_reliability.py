@@ -103,6 +103,7 @@ def test_sigkill_at_a_random_moment_then_resume_is_exact(data, uninterrupted, tm
     _assert_same_checkpoint(final, uninterrupted)
 
 
+@pytest.mark.slow  # tests/training/test_faults.py covers the mid-loop stop in process
 def test_sigterm_saves_at_the_next_step_and_exits_0_then_resume_is_exact(
         data, uninterrupted, tmp_path):
     workdir = str(tmp_path / "run")
@@ -145,6 +146,7 @@ def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint
     assert _checkpoint_steps(workdir)[-1] == 1
 
 
+@pytest.mark.slow
 def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(data, uninterrupted,
                                                                  tmp_path):
     """A half-written checkpoint that the state file does not name is never read; one
