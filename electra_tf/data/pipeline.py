@@ -93,9 +93,13 @@ def find_damaged(files: list[str]) -> list[tuple[str, str]]:
     count than its manifest lists, or holds a record that fails its CRC. Reads every
     byte of every file: what the pipeline does when reading fails, to name the file."""
     damaged = []
+    listings = {}  # directory → {shard file: its manifest entry}, each manifest read once
     for f in files:
-        manifest = load_manifest(os.path.dirname(f)) or {"shards": []}
-        listed = {s["file"]: s for s in manifest["shards"]}.get(os.path.basename(f), {})
+        directory = os.path.dirname(f)
+        if directory not in listings:
+            manifest = load_manifest(directory) or {"shards": []}
+            listings[directory] = {s["file"]: s for s in manifest["shards"]}
+        listed = listings[directory].get(os.path.basename(f), {})
         if not tf.io.gfile.exists(f):
             damaged.append((f, "missing"))
             continue
