@@ -52,8 +52,8 @@ def test_flops_count_the_vocabulary_at_masked_positions_only():
         2 * 128 * (4 * 768 ** 2 + 2 * 768 * 3072) + 4 * 128 ** 2 * 768)  # E == H: no projection
 
 
-def test_train_benchmark_prints_one_json_line_last(tmp_path):
-    results = last_json_line(run_tool("benchmark.py", *TINY, "--steps=2",
+def test_train_benchmark_prints_one_json_line_last_and_profiles(tmp_path):
+    results = last_json_line(run_tool("benchmark.py", *TINY, "--steps=2", "--profile",
                                       f"--workdir={tmp_path}"))
     for key in ("seq_per_sec", "seq_per_sec_per_replica", "steps_per_sec", "tokens_per_sec",
                 "step_time_median_s", "model_flops_per_seq", "achieved_flops",
@@ -61,7 +61,6 @@ def test_train_benchmark_prints_one_json_line_last(tmp_path):
                 "batch_size", "seq_len", "size", "steps", "jit_compile", "mixed_precision",
                 "dtype_policy", "versions"):
         assert key in results, key
-    assert results["profile_dir"] is None and not os.listdir(tmp_path)  # no trace asked
     assert results["size"] == "tiny" and results["batch_size"] == 4
     assert results["seq_len"] == 32 and results["steps"] == 2
     assert results["jit_compile"] is False  # --config.KEY=VALUE overrides reach the Trainer
@@ -74,22 +73,26 @@ def test_train_benchmark_prints_one_json_line_last(tmp_path):
     assert results["matmul_peak_flops"] == max(peaks.values())
     assert set(results["versions"]) >= {"tensorflow", "keras", "keras_hub",
                                          "tensorflow_text", "python"}
-
-
-def test_profile_writes_a_trace_of_a_few_steps(tmp_path):
-    results = last_json_line(run_tool("benchmark.py", *TINY, "--steps=1", "--profile",
-                                      f"--workdir={tmp_path}"))
+    # Memory by stage: [resident after it, peak during it], in the order the stages ran;
+    # the process's peak is the highest stage peak.
+    stages = results["memory_by_stage_mib"]
+    assert list(stages) == ["imports", "strategy", "matmul_peak", "datasets",
+                            "trainer_built", "traced", "warmup_compiled", "timed_steps",
+                            "profile"]
+    assert all(now > 0 and peak > 0 for now, peak in stages.values())
+    assert max(peak for _, peak in stages.values()) == results["peak_rss_mib"]
+    # --profile: a trace of a few more steps, taken apart from the timed ones.
     assert results["profile_dir"] == str(tmp_path / "profile")
     traces = glob.glob(f"{tmp_path}/profile/plugins/profile/*/*.xplane.pb")
     assert len(traces) == 1 and os.path.getsize(traces[0]) > 0
-    assert results["steps"] == 1 and len(results["step_times_s"]) == 1  # traced apart
+    assert len(results["step_times_s"]) == 2
 
 
 def test_compare_data_reports_input_synthetic_and_real_rates(tmp_path):
     helpers.write_corpus(str(tmp_path), num_documents=60)  # the cached corpus.txt: small
     results = last_json_line(run_tool(
         "benchmark.py", *TINY, "--steps=2", "--compare_data", "--vocab_size=200",
-        "--input_batches=20", f"--workdir={tmp_path}", f"--profile_dir={tmp_path}/trace"))
+        "--input_batches=20", f"--workdir={tmp_path}"))
     for key in ("input_batches_per_sec", "input_to_step_ratio", "real_vs_synthetic",
                 "seq_per_sec", "real_seq_per_sec"):
         assert results[key] > 0, key
@@ -99,7 +102,8 @@ def test_compare_data_reports_input_synthetic_and_real_rates(tmp_path):
     vocab_size = len((tmp_path / "vocab.txt").read_text(encoding="utf-8").splitlines())
     assert results["vocab_size"] == vocab_size < 200
     assert results["train_loop_traces"] == 1
-    assert glob.glob(f"{tmp_path}/trace/plugins/profile/*/*.xplane.pb")  # --profile_dir
+    # No trace unless asked for.
+    assert results["profile_dir"] is None and not (tmp_path / "profile").exists()
 
 
 def test_sweep_writes_a_table_and_records_a_failed_point(tmp_path):

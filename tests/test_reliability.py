@@ -82,6 +82,7 @@ def _assert_same_checkpoint(a, b):
     assert not different, f"{len(different)} of {len(va)} variables differ: {different[:5]}"
 
 
+@pytest.mark.slow  # three training processes; each draw's determinism has a fast test
 def test_sigkill_at_a_random_moment_then_resume_is_exact(data, uninterrupted, tmp_path):
     workdir = str(tmp_path / "run")
     with open(tmp_path / "killed.log", "w") as log:
@@ -128,6 +129,7 @@ def test_sigterm_saves_at_the_next_step_and_exits_0_then_resume_is_exact(
         tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")), uninterrupted)
 
 
+@pytest.mark.slow  # tests/training/test_faults.py covers the stop and the names in process
 def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(
         data, tmp_path):
     # A peak learning rate of 1e30 with no warm-up: step 1 makes the weights huge, step

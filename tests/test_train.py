@@ -1,5 +1,6 @@
 """End to end: `python -m electra_tf.train` on tiny data learns, logs, checkpoints, resumes."""
 
+import concurrent.futures
 import glob
 import os
 import subprocess
@@ -78,32 +79,46 @@ def test_tiny_run_learns_logs_and_resumes(data, tmp_path):
     assert tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")).endswith("ckpt-400")
 
 
-@pytest.mark.parametrize("override, message", [
-    ("--config.train.batch_sise=8", "--config.train.batch_sise: no such key"),
-    ("--config.model.size=huge", "config.model.size"),
-    ("--config.data.vocab_file=", "config.data.vocab_file"),
-    ("--config.data.train_files=/nonexistent/*.tfrecord", "config.data.train_files"),
-    ("--config.data.max_seq_length=64", "max_seq_length=64"),
-    ("--config.train.optimizer=sgd", "config.train.optimizer"),
-    ("--config.train.mixed_precision=fp8", "config.train.mixed_precision"),
-    ("--config.runtime.strategy=ring", "config.runtime.strategy"),
+BAD_CONFIGS = {  # override: what the error line names
+    "--config.train.batch_sise=8": "--config.train.batch_sise: no such key",
+    "--config.model.size=huge": "config.model.size",
+    "--config.data.vocab_file=": "config.data.vocab_file",
+    "--config.data.train_files=/nonexistent/*.tfrecord": "config.data.train_files",
+    "--config.data.max_seq_length=64": "max_seq_length=64",
+    "--config.train.optimizer=sgd": "config.train.optimizer",
+    "--config.train.mixed_precision=fp8": "config.train.mixed_precision",
+    "--config.runtime.strategy=ring": "config.runtime.strategy",
     # 15 examples cannot be split over 2 replicas.
-    ("--config.runtime.strategy=mirrored --config.runtime.cpu_devices=2 "
-     "--config.train.batch_size=15", "config.train.batch_size=15"),
+    "--config.runtime.strategy=mirrored --config.runtime.cpu_devices=2 "
+    "--config.train.batch_size=15": "config.train.batch_size=15",
     # A vocab other than the one the data was made with (one word more).
-    ("OTHER_VOCAB", "differs from"),
-])
-def test_bad_config_is_a_one_line_error_and_writes_nothing(data, tmp_path, override,
-                                                           message):
-    if override == "OTHER_VOCAB":
-        other = tmp_path / "other"
-        other.mkdir()
-        override = f"--config.data.vocab_file={helpers.write_vocab(str(other), helpers.WORDS + ['fox']).path}"
-    workdir = tmp_path / "run"
-    result = _train(data, str(workdir), *override.split(), steps=1)
+    "OTHER_VOCAB": "differs from",
+}
+
+
+@pytest.fixture(scope="module")
+def bad_config_runs(data, tmp_path_factory):
+    """{override: (result, workdir)}: every bad config's run, two at a time (each is
+    mostly TensorFlow's start-up, which uses one core)."""
+    root = tmp_path_factory.mktemp("bad_configs")
+    other = helpers.write_vocab(str(root), helpers.WORDS + ["fox"]).path
+
+    def run(case):
+        index, override = case
+        workdir = root / f"run{index}"
+        flags = (f"--config.data.vocab_file={other}" if override == "OTHER_VOCAB"
+                 else override).split()
+        return override, (_train(data, str(workdir), *flags, steps=1), workdir)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(run, enumerate(BAD_CONFIGS)))
+
+
+@pytest.mark.parametrize("override", list(BAD_CONFIGS))
+def test_bad_config_is_a_one_line_error_and_writes_nothing(bad_config_runs, override):
+    result, workdir = bad_config_runs[override]
     assert result.returncode == 2, result.stderr[-2000:]
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: ") and message in last, last
+    assert last.startswith("error: ") and BAD_CONFIGS[override] in last, last
     assert "Traceback" not in result.stderr
     assert not workdir.exists() or not any(workdir.iterdir())
 

@@ -332,6 +332,7 @@ def _profile(trainer, iterator, logdir: str) -> None:
 
 
 def bench_train():
+    memory = MemoryStages()
     from electra_tf.model import flops as flops_lib  # pylint: disable=g-import-not-at-top
     from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
     from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
@@ -354,8 +355,10 @@ def bench_train():
     # devices, which TF allows only before anything (the matmul peak) initialises them.
     strategy = distribute.get_strategy(config.runtime)
     distribute.local_batch_size(strategy, batch_size)  # the replicas must divide it
+    memory.record("strategy")
     peaks = matmul_peak_flops(_MATMUL_SIZE.value)
     peak = max(peaks.values())
+    memory.record("matmul_peak")
 
     # ---------------------------------------------------------------- data
     use_real = bool(_REAL_DATA.value) or _COMPARE_DATA.value
@@ -381,19 +384,30 @@ def bench_train():
     if _COMPARE_DATA.value:  # the real input path alone, before training competes for CPU
         input_rate = _batches_per_sec(datasets["real"], _INPUT_BATCHES.value)
 
+    memory.record("datasets")
+
     # ---------------------------------------------------------------- steps
     trainer = loop.Trainer(config, strategy, vocab_size, num_predictions)
+    memory.record("trainer_built")
     iterators = {name: iter(dataset) for name, dataset in datasets.items()}
     start = time.perf_counter()
+    # Tracing apart from compiling: the Python graph of the loop, then (in the first
+    # call) XLA's compilation and the first steps.
+    trainer.train_loop.get_concrete_function(next(iter(iterators.values())),
+                                             tf.constant(max(warmup, 1)))
+    memory.record("traced")
     if warmup:  # tracing and XLA compilation: once, the sources having the same shapes
         for iterator in iterators.values():
             _timed_loop(trainer, iterator, warmup)
     warmup_s = time.perf_counter() - start
+    memory.record("warmup_compiled")
     timings = _time_steps(trainer, iterators, steps, per_loop)
+    memory.record("timed_steps")
     profile_dir = None
     if _PROFILE.value or _PROFILE_DIR.value:
         profile_dir = _PROFILE_DIR.value or os.path.join(_WORKDIR.value, "profile")
         _profile(trainer, iterators["real" if use_real else "synthetic"], profile_dir)
+        memory.record("profile")
 
     # ---------------------------------------------------------------- figures
     headline = _rates(next(iter(timings.values())), batch_size)
@@ -427,6 +441,9 @@ def bench_train():
         "strategy": type(strategy).__name__,
         "replicas": replicas,
         "profile_dir": profile_dir,
+        # {stage: [resident after it, peak during it]} in MiB, in the order they ran.
+        "memory_by_stage_mib": memory.stages,
+        "peak_rss_mib": memory.peak_mib,
     }
     if _COMPARE_DATA.value:
         real = _rates(timings["real"], batch_size)
@@ -477,6 +494,49 @@ def _current_rss_mib() -> int | None:
         return None
 
 
+def _status_mib(field: str) -> int | None:
+    """A memory figure of /proc/self/status (VmRSS, VmHWM) in MiB, or None (macOS)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return round(int(line.split()[1]) / 1024)
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    """Restarts the kernel's resident-memory high-water mark (VmHWM) from the current
+    RSS (Linux >= 4.0), so that the next reading is the peak of one stage alone."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class MemoryStages:
+    """Where the memory goes: after each stage, the resident memory then and the peak
+    during that stage alone (the kernel's high-water mark, restarted after each
+    reading; where it cannot be restarted, the peak so far). `peak_mib` is the
+    process's peak over all stages."""
+
+    def __init__(self):
+        self.stages = {}
+        self.peak_mib = 0
+        self.record("imports")  # the peak since the process started
+
+    def record(self, stage: str) -> None:
+        peak = _status_mib("VmHWM")
+        if peak is None:  # no /proc: the peak so far, from getrusage (KiB on Linux)
+            peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        self.peak_mib = max(self.peak_mib, peak)
+        self.stages[stage] = [_current_rss_mib(), peak]
+        _reset_peak_rss()
+
+
 def main(argv):
     if len(argv) > 1:
         raise errors.UserError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -495,7 +555,8 @@ def main(argv):
                                                                                  vocab)
     results.update({
         "mode": _MODE.value,
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "peak_rss_mib": max(results.get("peak_rss_mib", 0), _status_mib("VmHWM") or 0,
+                            round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)),
         "rss_at_end_mib": _current_rss_mib(),  # steady state, without compilation's peak
         "device": _device(),
         "versions": _versions(),

@@ -92,8 +92,11 @@ def _config(task, pretrained, data_dir, **train):
     return config
 
 
+# RTE (sentence pairs) is slow: the exported-classifier test below covers pairs quickly.
 @pytest.mark.parametrize("task, metric, chance", [
-    ("sst2", "accuracy", 0.5), ("rte", "accuracy", 0.5), ("stsb", "spearman", 0.0)])
+    ("sst2", "accuracy", 0.5),
+    pytest.param("rte", "accuracy", 0.5, marks=pytest.mark.slow),
+    ("stsb", "spearman", 0.0)])
 def test_toy_task_beats_chance_and_writes_results(task, metric, chance, pretrained, tmp_path):
     data = _toy_data(tmp_path, task, 192, 64)
     workdir = str(tmp_path / "run")
