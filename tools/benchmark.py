@@ -517,6 +517,18 @@ def _reset_peak_rss() -> bool:
         return False
 
 
+def _peak_rss_mib() -> int:
+    """The peak RSS since the last restart (or since the process began): the kernel's
+    VmHWM. Not getrusage's ru_maxrss, which also counts the image a process replaced
+    by exec: a benchmark started from a large parent (pytest with TF loaded) would
+    report the parent's size. ru_maxrss only where there is no /proc (macOS; bytes)."""
+    peak = _status_mib("VmHWM")
+    if peak is None:
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = round(maxrss / (2**20 if sys.platform == "darwin" else 1024))
+    return peak
+
+
 class MemoryStages:
     """Where the memory goes: after each stage, the resident memory then and the peak
     during that stage alone (the kernel's high-water mark, restarted after each
@@ -529,9 +541,7 @@ class MemoryStages:
         self.record("imports")  # the peak since the process started
 
     def record(self, stage: str) -> None:
-        peak = _status_mib("VmHWM")
-        if peak is None:  # no /proc: the peak so far, from getrusage (KiB on Linux)
-            peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        peak = _peak_rss_mib()
         self.peak_mib = max(self.peak_mib, peak)
         self.stages[stage] = [_current_rss_mib(), peak]
         _reset_peak_rss()
@@ -555,8 +565,7 @@ def main(argv):
                                                                                  vocab)
     results.update({
         "mode": _MODE.value,
-        "peak_rss_mib": max(results.get("peak_rss_mib", 0), _status_mib("VmHWM") or 0,
-                            round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)),
+        "peak_rss_mib": max(results.get("peak_rss_mib", 0), _peak_rss_mib()),
         "rss_at_end_mib": _current_rss_mib(),  # steady state, without compilation's peak
         "device": _device(),
         "versions": _versions(),

@@ -408,6 +408,14 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
             f"{_first_line(e.message)}): start every worker again with the same command "
             f"to resume from the last checkpoint ({latest or 'none yet: from step 0'})"
         ) from None
+    except tf.errors.ResourceExhaustedError as e:
+        latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+        raise errors.RunError(
+            f"out of memory near step {step} ({_allocation_line(e.message)}): "
+            f"config.train.batch_size={train.batch_size} at config.data.max_seq_length="
+            f"{config.data.max_seq_length} needs more memory than this device has; the "
+            "step's memory grows with both, so lower one of them (BENCHMARKS.md, "
+            f"'Memory'). The last checkpoint is kept ({latest or 'none yet'})") from None
     finally:
         train_writer.flush()
         eval_writer.flush()
@@ -421,6 +429,12 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
 # the coordination service misses its heartbeats and aborts every collective.
 _LOST_PEER = (tf.errors.UnavailableError, tf.errors.AbortedError,
               tf.errors.DeadlineExceededError)
+
+
+def _allocation_line(message: str) -> str:
+    """The line of an out-of-memory error that says what could not be allocated."""
+    lines = [l.strip() for l in message.splitlines() if l.strip()]
+    return next((l for l in lines if "alloc" in l.lower()), _first_line(message))
 
 
 def _first_line(message: str) -> str:

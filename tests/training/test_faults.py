@@ -1,5 +1,6 @@
 """Faults inside the compiled training loop: a non-finite step stops the loop at that
-step; float16 overflows are skipped and counted; SIGTERM stops a long loop mid-call."""
+step; float16 overflows are skipped and counted; SIGTERM stops a long loop mid-call; a
+step out of memory is a one-line error naming the batch size and sequence length."""
 
 import os
 import signal
@@ -7,12 +8,15 @@ import threading
 import time
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from configs import electra as electra_configs
+from electra_tf import errors
 from electra_tf.training import distribute
 from electra_tf.training import loop
 from electra_tf.training import preemption
+from tests import helpers
 
 VOCAB, SEQ, P, BATCH = 40, 16, 3, 4
 
@@ -104,3 +108,31 @@ def test_mixed_precision_trains(precision="bfloat16"):
     values = trainer.train_metrics.result()
     assert np.isfinite(values["loss"]) and np.isfinite(values["grad_norm"])
     assert trainer.nonfinite_step() is None
+
+
+def test_out_of_memory_names_the_batch_and_length_and_keeps_the_checkpoint(tmp_path,
+                                                                          monkeypatch):
+    # What XLA:CPU raised for Small at seq 512, batch 128 (BENCHMARKS.md, "Memory"). A
+    # real one needs more memory than a test machine has, so the loop raises it here.
+    message = ("Graph execution error:\n\nOut of memory while trying to allocate "
+               "30.36GiB.\nHint: If you want to see a list of allocated tensors ...")
+
+    def out_of_memory(self, iterator, num_steps):
+        raise tf.errors.ResourceExhaustedError(None, None, message)
+    monkeypatch.setattr(loop.Trainer, "_train_loop_fn", out_of_memory)
+    vocab = helpers.write_vocab(str(tmp_path))
+    config = electra_configs.get_config("tiny")
+    config.data.train_files = helpers.make_data(str(tmp_path), vocab, max_seq_length=32)
+    config.data.vocab_file = vocab.path
+    config.data.max_seq_length = 32
+    config.train.batch_size = 4
+    config.train.steps = 2
+    config.train.jit_compile = False
+    config.runtime.strategy = "one_device"
+    with pytest.raises(errors.RunError) as raised:
+        loop.train_and_evaluate(config, str(tmp_path / "run"))
+    text = str(raised.value)
+    assert text.startswith("out of memory near step 0 (Out of memory while trying to "
+                           "allocate 30.36GiB.)"), text
+    assert "config.train.batch_size=4 at config.data.max_seq_length=32" in text
+    assert "last checkpoint is kept (none yet)" in text and "\n" not in text
