@@ -485,17 +485,9 @@ def _versions():
             "python": platform.python_version()}
 
 
-def _current_rss_mib() -> int | None:
-    """Resident memory now (Linux), or None where /proc is missing (macOS)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20)
-    except OSError:
-        return None
-
-
 def _status_mib(field: str) -> int | None:
-    """A memory figure of /proc/self/status (VmRSS, VmHWM) in MiB, or None (macOS)."""
+    """A memory figure of /proc/self/status (VmRSS: resident now, VmHWM: its peak) in
+    MiB, or None where /proc is missing (macOS)."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -506,15 +498,15 @@ def _status_mib(field: str) -> int | None:
     return None
 
 
-def _reset_peak_rss() -> bool:
+def _reset_peak_rss() -> None:
     """Restarts the kernel's resident-memory high-water mark (VmHWM) from the current
-    RSS (Linux >= 4.0), so that the next reading is the peak of one stage alone."""
+    RSS (Linux >= 4.0), so that the next reading is the peak of one stage alone; where
+    it cannot, the next reading is the peak so far."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        return True
     except OSError:
-        return False
+        pass
 
 
 def _peak_rss_mib() -> int:
@@ -543,7 +535,7 @@ class MemoryStages:
     def record(self, stage: str) -> None:
         peak = _peak_rss_mib()
         self.peak_mib = max(self.peak_mib, peak)
-        self.stages[stage] = [_current_rss_mib(), peak]
+        self.stages[stage] = [_status_mib("VmRSS"), peak]
         _reset_peak_rss()
 
 
@@ -566,7 +558,7 @@ def main(argv):
     results.update({
         "mode": _MODE.value,
         "peak_rss_mib": max(results.get("peak_rss_mib", 0), _peak_rss_mib()),
-        "rss_at_end_mib": _current_rss_mib(),  # steady state, without compilation's peak
+        "rss_at_end_mib": _status_mib("VmRSS"),  # between steps: without a step's peak
         "device": _device(),
         "versions": _versions(),
     })
