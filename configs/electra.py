@@ -41,12 +41,28 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
                                              # damaged ones (else: an error naming them)
 
     config.model = ml_collections.ConfigDict()
+    # The shape (electra_tf/model_config.py): `size` is the preset that fills every
+    # dimension left at 0; a run's config.json records the resolved shape.
     config.model.size = size                  # tiny|small|base|large (model/sizes.py)
+    config.model.hidden_size = 0              # H; paper: 256/768/1024
+    config.model.num_layers = 0               # L; paper: 12/12/24
+    config.model.num_heads = 0                # attention heads; paper: 4/12/16
+    config.model.intermediate_size = 0        # FFN width; paper: 4 x H
+    config.model.embedding_size = 0           # E; paper: 128/768/1024
+    config.model.max_position_embeddings = 512  # position table rows; paper: 512
     config.model.generator_hidden_fraction = generator_fraction  # paper: 1/4, 1/3, 1/4
     config.model.generator_layer_fraction = 1.0  # paper: generator as deep as discriminator
+    config.model.generator_hidden_size = 0    # 0: H x generator_hidden_fraction
+    config.model.generator_num_layers = 0     # 0: L x generator_layer_fraction
+    config.model.generator_num_heads = 0      # 0: one per 64 units (H's heads at width H)
+    config.model.generator_intermediate_size = 0  # 0: 4 x its hidden (F at width H)
+    config.model.generator_embedding_size = 0  # tie=none only; 0: its hidden (original)
+    config.model.tie = "embeddings"           # none|embeddings|all: what the generator
+                                              # shares; paper: embeddings (GLUE 83.6 none,
+                                              # 84.3 embeddings, 84.4 all, Sec. 3.2)
+    config.model.tie_embeddings = True        # older spelling: False is tie=none
     config.model.temperature = 1.0            # sampling temperature; paper: 1.0
     config.model.disallow_correct = False     # never sample the original token; paper: off
-    config.model.tie_embeddings = True        # generator shares the embeddings; paper: on
     config.model.disc_weight = 50.0           # lambda, the RTD loss weight; paper: 50
     config.model.dropout = 0.1                # paper: 0.1
 

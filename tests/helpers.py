@@ -97,11 +97,12 @@ def write_pretrained_run(directory, max_seq_length=16):
     import json  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from configs import electra as electra_configs  # pylint: disable=g-import-not-at-top
-    from electra_tf.model import pretrainer  # pylint: disable=g-import-not-at-top
+    from electra_tf import model_config  # pylint: disable=g-import-not-at-top
     vocab = write_vocab(str(directory))
     config = electra_configs.get_config("tiny")
     config.data.max_seq_length = max_seq_length
-    model = pretrainer.from_config(config.model, vocab.size).build_for(max_seq_length, 3)
+    config = model_config.resolve(config)
+    model = model_config.pretrainer(config, vocab.size).build_for(max_seq_length, 3)
     checkpoint = tf.train.Checkpoint(step=tf.Variable(7, dtype=tf.int64), model=model)
     checkpoint.save(os.path.join(directory, "checkpoints", "ckpt"))
     with open(os.path.join(directory, "config.json"), "w") as f:

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from electra_tf import model_config
 from electra_tf.model import flops
 from electra_tf.model import sizes
 from configs import electra as electra_configs  # pylint: disable=g-bad-import-order
@@ -39,7 +40,8 @@ def test_small_costs_about_9_gflop_per_training_sequence():
                                                 num_predictions=19, vocab_size=30522)
     assert abs(per_seq - 9e9) / 9e9 < 0.15
     # The config path agrees (P = int((0.15 + 0.005) * 128) = 19).
-    assert flops.for_config(electra_configs.get_config("small"), 30522) == per_seq
+    shape = model_config.shape(electra_configs.get_config("small"))
+    assert flops.for_shape(shape, 128, 19, 30522) == per_seq
 
 
 def test_flops_count_the_vocabulary_at_masked_positions_only():

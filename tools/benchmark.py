@@ -333,6 +333,7 @@ def _profile(trainer, iterator, logdir: str) -> None:
 
 def bench_train():
     memory = MemoryStages()
+    from electra_tf import model_config  # pylint: disable=g-import-not-at-top
     from electra_tf.model import flops as flops_lib  # pylint: disable=g-import-not-at-top
     from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
     from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
@@ -412,7 +413,8 @@ def bench_train():
     # ---------------------------------------------------------------- figures
     headline = _rates(next(iter(timings.values())), batch_size)
     loss = trainer.train_metrics.result().get("loss")
-    model_flops = flops_lib.for_config(config, vocab_size)
+    shape = model_config.shape(config)
+    model_flops = flops_lib.for_shape(shape, seq_len, num_predictions, vocab_size)
     seq_per_sec = headline["seq_per_sec"]
     achieved = seq_per_sec * model_flops
     replicas = strategy.num_replicas_in_sync
@@ -431,6 +433,7 @@ def bench_train():
         "mfu": round(achieved / peak, 4),
         "loss": None if loss is None else round(float(loss), 4),
         "batch_size": batch_size, "seq_len": seq_len, "size": config.model.size,
+        "shape": shape.to_dict(),
         "steps": steps, "warmup_steps": warmup, "steps_per_loop": per_loop,
         "num_predictions": num_predictions, "vocab_size": vocab_size,
         "data": "+".join("synthetic" if name == "synthetic" else f"real:{data_dir}"

@@ -2,7 +2,7 @@ r"""Converts ELECTRA checkpoints between the original (TF1), Hugging Face, keras
 
   python tools/convert_checkpoint.py --from=tf1|hf|electra_tf \
       --to=electra_tf|hf|keras_hub|tf1 --input=PATH --output=PATH \
-      [--size=tiny|small|base|large] [--vocab_file=vocab.txt]
+      [--vocab_file=vocab.txt] [--num_heads=N] [--generator_num_heads=N] [--lower_case]
 
 --input:  tf1: a checkpoint prefix (DIR/model.ckpt) or its directory (the latest one);
           hf: a directory holding discriminator/ and generator/ (as --to=hf writes them),
@@ -10,9 +10,15 @@ r"""Converts ELECTRA checkpoints between the original (TF1), Hugging Face, keras
           electra_tf: a training workdir (latest checkpoint) or WORKDIR/checkpoints/ckpt-N.
 --output: a new directory: electra_tf: a workdir that `python -m electra_tf.train`
           continues (config.json, vocab.txt, checkpoints/ckpt-0 without optimizer state);
-          hf: discriminator/ (ElectraForPreTraining) and generator/ (ElectraForMaskedLM);
+          from a discriminator alone, its generator starts from fresh weights (said);
+          hf: discriminator/ (ElectraForPreTraining) and generator/ (ElectraForMaskedLM),
+              each with tokenizer_config.json so that AutoTokenizer normalises as our data;
           keras_hub: a preset of the discriminator (ElectraBackbone.from_preset(DIR));
           tf1: model.ckpt with the original's variable names.
+Any shape converts: widths, depths, position tables, with or without a generator, and
+every weight sharing (tie none|embeddings|all, read off the tensors). A TF1 checkpoint
+does not record its numbers of attention heads: a preset's are used when its dimensions
+match, else one per 64 units (the original's rule), unless --num_heads says.
 The vocab.txt beside the input is used unless --vocab_file is given. Weights convert
 exactly (float32, bit for bit); keras-hub's backbone computes gelu with the tanh
 approximation, so its outputs differ from ours in the 4th decimal.
@@ -26,6 +32,7 @@ import os
 from absl import flags
 from absl import logging
 
+from electra_tf import model_config
 from electra_tf.model import sizes
 from electra_tf.serving import convert
 
@@ -37,8 +44,15 @@ _TO = flags.DEFINE_enum("to", None, list(convert.FORMATS_OUT), "Output format.",
                         required=True)
 _INPUT = flags.DEFINE_string("input", None, "Checkpoint to read (see above).", required=True)
 _OUTPUT = flags.DEFINE_string("output", None, "New directory to write.", required=True)
-_SIZE = flags.DEFINE_enum("size", None, list(sizes.SIZES),
-                          "The discriminator's size (default: found from the shapes).")
+_NUM_HEADS = flags.DEFINE_integer(
+    "num_heads", None, "TF1 input: the discriminator's attention heads (default: a "
+    "preset's with its dimensions, else hidden / 64).")
+_GENERATOR_NUM_HEADS = flags.DEFINE_integer(
+    "generator_num_heads", None, "TF1 input: the generator's attention heads (default: "
+    "the discriminator's at its width, else hidden / 64).")
+_LOWER_CASE = flags.DEFINE_boolean(
+    "lower_case", None, "--to=hf: whether the vocab is lower-cased (tokenizer_config.json; "
+    "default: what the input says, else true).")
 _VOCAB_FILE = flags.DEFINE_string("vocab_file", None,
                                   "vocab.txt (default: the one beside the input).")
 
@@ -55,11 +69,15 @@ def _run_config(size: str) -> dict:
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)  # TF's checkpoint savers log at INFO
-    weights = convert.read(_FROM.value, _INPUT.value, _SIZE.value)
+    weights = convert.read(_FROM.value, _INPUT.value, _NUM_HEADS.value,
+                           _GENERATOR_NUM_HEADS.value)
     spec = weights.spec
-    parts = "discriminator" + (" and generator" if spec.generator else "")
+    parts = "discriminator" + (" and generator" if spec.has_generator else " alone")
     print(f"read {len(weights.tensors)} tensors ({weights.num_parameters:,} parameters, "
           f"{parts}) from {weights.source}")
+    print(f"shape: {spec.shape.describe()}")
+    for note in weights.notes:
+        print(f"note: {note}")
     if weights.ignored:
         shown = ", ".join(weights.ignored[:3]) + (", ..." if len(weights.ignored) > 3 else "")
         print(f"ignored {len(weights.ignored)} tensors the model does not have ({shown})")
@@ -67,18 +85,33 @@ def main(argv):
     output = _OUTPUT.value
 
     if _TO.value == "electra_tf":
-        overrides = convert.config_overrides(spec)
-        config = _run_config(overrides["size"])
+        fields = model_config.fields(spec.shape)
+        config = _run_config(fields["size"])
         path = convert.save_electra_tf(weights, output, config, vocab_file)
+        seq = config["data"]["max_seq_length"]
+        seq_flag = (f" --config.data.max_seq_length={spec.shape.max_positions}"
+                    if spec.shape.max_positions < seq else "")
+        if not spec.has_generator:
+            print("note: the input holds no generator: the workdir's generator "
+                  f"({sizes.describe(spec.shape.generator)}) starts from fresh "
+                  "weights when pre-training continues; export and fine-tuning use the "
+                  "converted discriminator")
         print(f"wrote {path}; continue pre-training with:\n"
-              f"  python -m electra_tf.train --config=configs/electra.py:{overrides['size']} "
+              f"  python -m electra_tf.train --config=configs/electra.py:{fields['size']} "
               f"--workdir={output} --config.data.vocab_file={output}/vocab.txt "
-              f"--config.data.train_files=DATA" + "".join(
-                  f" --config.model.{key}={value}" for key, value in overrides.items()
-                  if key != "size" and config["model"][key] != value))
+              f"--config.data.train_files=DATA{seq_flag}" + "".join(
+                  f" --config.model.{key}={value}" for key, value in fields.items()
+                  if key != "size" and config["model"].get(key) != value))
     elif _TO.value == "hf":
-        for directory in convert.save_hf(weights, output, vocab_file):
+        lower_case = _LOWER_CASE.value
+        if lower_case is None:
+            lower_case = True if weights.lower_case is None else weights.lower_case
+        for directory in convert.save_hf(weights, output, vocab_file, lower_case):
             print(f"wrote {directory}")
+        if vocab_file:
+            print(f"tokenizer_config.json: do_lower_case={lower_case}"
+                  + ("" if _LOWER_CASE.value is not None or weights.lower_case is not None
+                     else " (assumed; pass --nolower_case for a cased vocab)"))
     elif _TO.value == "keras_hub":
         convert.save_keras_hub(weights, output)
         print(f"wrote {output}: keras_hub.models.ElectraBackbone.from_preset({output!r})")

@@ -10,13 +10,14 @@ embedding width, and for each encoder H its hidden width, F its FFN width, L its
                           + 2·2·S²·H ]              attention scores and weighted sum
                     + 2·S·E·H   (only when E ≠ H)   embedding projection
     discriminator   = encoder(H, F, L) + 2·S·H² + 2·S·H          RTD head: dense + logits
-    generator       = encoder(Hg, Fg, Lg) + P·(2·Hg·E + 2·E·V)   MLM head, masked positions
+    generator       = encoder(Hg, Fg, Lg) + P·(2·Hg·Eg + 2·Eg·V) MLM head, masked positions
     training        = 3 · (generator + discriminator)            backward ≈ 2 × forward
 
 The MLM head projects to the vocabulary at the P masked positions only (never over all S
 tokens), so V costs P·2·E·V, not S·2·E·V. ELECTRA-Small (H=256, F=1024, L=12, E=128;
 generator H=64, F=256, L=12) at S=128, P=19, V=30522 comes to about 3.0 GFLOP forward,
-9.0 GFLOP per training sequence:
+9.0 GFLOP per training sequence. Everything is read from the shapes, so custom shapes and
+an untied generator's own embedding width (E_g in its MLM head) count exactly:
 
 >>> from electra_tf.model import sizes
 >>> small = sizes.SIZES["small"]
@@ -58,13 +59,10 @@ def training_flops_per_sequence(discriminator: sizes_lib.EncoderSize,
                                           num_predictions, vocab_size)
 
 
-def for_config(config, vocab_size: int) -> int:
-    """Training FLOPs per sequence for a pre-training config (configs/electra.py)."""
-    from electra_tf.data import masking  # pylint: disable=g-import-not-at-top
-    discriminator = sizes_lib.get_size(config.model.size)
-    generator = sizes_lib.generator_size(discriminator, config.model.generator_hidden_fraction,
-                                         config.model.generator_layer_fraction)
-    seq_len = config.data.max_seq_length
-    return training_flops_per_sequence(
-        discriminator, generator, seq_len,
-        masking.max_predictions_per_seq(config.data.mask_prob, seq_len), vocab_size)
+
+def for_shape(shape: sizes_lib.ModelShape, seq_len: int, num_predictions: int,
+              vocab_size: int) -> int:
+    """Training FLOPs per sequence of a whole `ModelShape` (any shape, any tie: sharing
+    weights saves no compute, each encoder pass still runs)."""
+    return training_flops_per_sequence(shape.discriminator, shape.generator, seq_len,
+                                       num_predictions, vocab_size)

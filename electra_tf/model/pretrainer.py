@@ -7,14 +7,16 @@
                                         ▼
                           discriminator ─► RTD head ─► disc_logits [B, S]
 
-The generator and the discriminator share one `Embeddings` object (`tie_embeddings`);
-the MLM head projects with its token matrix. After pre-training the discriminator
-(`embeddings` + `discriminator`) is the product; the generator is dropped.
+What the generator shares with the discriminator is `shape.tie` (`sizes.TIES`): one
+`Embeddings` object (`embeddings`, the default), also the whole encoder (`all`: the
+generator IS the discriminator's encoder), or nothing (`none`: its own embeddings at its
+own width). The MLM head projects with the generator's token matrix. After pre-training
+the discriminator (`embeddings` + `discriminator`) is the product; the generator is dropped.
 
 >>> import numpy as np
 >>> from electra_tf.model import sizes
->>> model = ElectraPretrainer(vocabulary_size=30, discriminator_size=sizes.SIZES["tiny"],
-...     generator_size=sizes.generator_size(sizes.SIZES["tiny"], 0.5))
+>>> tiny = sizes.SIZES["tiny"]
+>>> model = ElectraPretrainer(30, sizes.ModelShape(tiny, sizes.generator_size(tiny, 0.5)))
 >>> batch = dummy_batch(batch_size=2, seq_length=8, num_predictions=2)
 >>> outputs = model(batch, uniform=np.full((2, 2), 0.5, "float32"))
 >>> outputs["mlm_logits"].shape, outputs["disc_logits"].shape
@@ -23,7 +25,7 @@ the MLM head projects with its token matrix. After pre-training the discriminato
 True
 """
 
-import dataclasses
+import contextlib
 
 import keras
 import numpy as np
@@ -46,31 +48,24 @@ class ElectraPretrainer(keras.Model):
     `is_replaced` [B, S] (float32 0/1), `disc_logits` [B, S] (float32).
     """
 
-    def __init__(self, vocabulary_size: int, discriminator_size: sizes.EncoderSize,
-                 generator_size: sizes.EncoderSize, tie_embeddings: bool = True,
+    def __init__(self, vocabulary_size: int, shape: sizes.ModelShape,
                  temperature: float = 1.0, disallow_correct: bool = False,
-                 dropout: float = 0.1, max_sequence_length: int = 512, **kwargs):
+                 dropout: float = 0.1, **kwargs):
         super().__init__(**kwargs)
         if temperature <= 0:
             raise ValueError(f"`temperature` must be positive. Received: "
                              f"`temperature={temperature}`")
-        if generator_size.embedding_size != discriminator_size.embedding_size:
-            raise ValueError("The generator and discriminator share the embedding width. "
-                             f"Received: {generator_size.embedding_size} and "
-                             f"{discriminator_size.embedding_size}")
+        shape.check()
         self.vocabulary_size = vocabulary_size
-        self.discriminator_size = discriminator_size
-        self.generator_size = generator_size
-        self.tie_embeddings = tie_embeddings
+        self.shape = shape
         self.temperature = temperature
         self.disallow_correct = disallow_correct
         self.dropout = dropout
-        self.max_sequence_length = max_sequence_length
 
         # === Layers ===
-        def make_embeddings(name):
-            return encoder.Embeddings(vocabulary_size, discriminator_size.embedding_size,
-                                      max_sequence_length=max_sequence_length,
+        def make_embeddings(size, name):
+            return encoder.Embeddings(vocabulary_size, size.embedding_size,
+                                      max_sequence_length=shape.max_positions,
                                       dropout=dropout, dtype=self.dtype_policy, name=name)
 
         def make_encoder(embeddings, size, name):
@@ -78,37 +73,61 @@ class ElectraPretrainer(keras.Model):
                                    size.num_heads, size.intermediate_size, dropout=dropout,
                                    dtype=self.dtype_policy, name=name)
 
-        self.embeddings = make_embeddings("embeddings")
-        generator_embeddings = (self.embeddings if tie_embeddings
-                                else make_embeddings("generator_embeddings"))
-        self.generator = make_encoder(generator_embeddings, generator_size, "generator")
-        self.generator_head = heads.masked_lm_head(generator_embeddings,
-                                                   dtype=self.dtype_policy)
-        self.discriminator = make_encoder(self.embeddings, discriminator_size,
+        self.embeddings = make_embeddings(shape.discriminator, "embeddings")
+        self.discriminator = make_encoder(self.embeddings, shape.discriminator,
                                           "discriminator")
+        if shape.tie == "all":
+            self.generator = self.discriminator
+        else:
+            generator_embeddings = (self.embeddings if shape.tie == "embeddings" else
+                                    make_embeddings(shape.generator, "generator_embeddings"))
+            self.generator = make_encoder(generator_embeddings, shape.generator, "generator")
+        self.generator_head = heads.masked_lm_head(self.generator.embeddings,
+                                                   dtype=self.dtype_policy)
         self.discriminator_head = heads.ReplacedTokenHead(
-            discriminator_size.hidden_size, dtype=self.dtype_policy,
+            shape.discriminator.hidden_size, dtype=self.dtype_policy,
             name="discriminator_predictions")
+
+    @property
+    def discriminator_size(self) -> sizes.EncoderSize:
+        return self.shape.discriminator
+
+    @property
+    def generator_size(self) -> sizes.EncoderSize:
+        return self.shape.generator
+
+    @property
+    def max_sequence_length(self) -> int:
+        return self.shape.max_positions
 
     # === Forward ===
     def call(self, batch, uniform=None, dropout_seed=None, replica=0, training=None):
         """`uniform`: [B, P] noise for the sampling (drawn here if None).
         `dropout_seed`: a [2] integer tensor that makes every dropout mask a stateless
         function of it (`dropout.seeded`), for `replica`'s rows of the global batch."""
-        if dropout_seed is None:
-            return self._forward(batch, uniform, training)
-        with dropout_lib.seeded(dropout_seed, replica):
-            return self._forward(batch, uniform, training)
+        return self._forward(batch, uniform, training, dropout_seed, replica)
 
-    def _forward(self, batch, uniform, training):
+    def _seeded(self, dropout_seed, replica, salt):
+        """The dropout context of one encoder pass. The generator's pass folds in a salt:
+        the layers both passes share (the embeddings; every block under tie='all') would
+        otherwise draw the same masks twice in one step."""
+        if dropout_seed is None:
+            return contextlib.nullcontext()
+        seed = tf.cast(dropout_seed, tf.int64)
+        if salt:
+            seed = tf.cast(tf.random.experimental.stateless_fold_in(seed, salt), tf.int64)
+        return dropout_lib.seeded(seed, replica)
+
+    def _forward(self, batch, uniform, training, dropout_seed=None, replica=0):
         input_ids = batch["input_ids"]
         segment_ids = batch["segment_ids"]
         padding_mask = batch["input_mask"]
 
         # Generator: MLM at the masked positions only (never over all S tokens).
-        generated = self.generator({"token_ids": batch["masked_input_ids"],
-                                    "segment_ids": segment_ids,
-                                    "padding_mask": padding_mask}, training=training)
+        with self._seeded(dropout_seed, replica, salt=1):
+            generated = self.generator({"token_ids": batch["masked_input_ids"],
+                                        "segment_ids": segment_ids,
+                                        "padding_mask": padding_mask}, training=training)
         mlm_logits = tf.cast(self.generator_head(
             generated, mask_positions=batch["masked_lm_positions"]), tf.float32)  # [B, P, V]
 
@@ -126,9 +145,11 @@ class ElectraPretrainer(keras.Model):
         is_replaced = tf.cast(tf.not_equal(corrupted_ids, tf.cast(input_ids, corrupted_ids.dtype)),
                               tf.float32) * tf.cast(padding_mask, tf.float32)    # [B, S]
 
-        discriminated = self.discriminator({"token_ids": corrupted_ids,
-                                            "segment_ids": segment_ids,
-                                            "padding_mask": padding_mask}, training=training)
+        with self._seeded(dropout_seed, replica, salt=0):
+            discriminated = self.discriminator({"token_ids": corrupted_ids,
+                                                "segment_ids": segment_ids,
+                                                "padding_mask": padding_mask},
+                                               training=training)
         disc_logits = tf.cast(self.discriminator_head(discriminated), tf.float32)  # [B, S]
         return {"mlm_logits": mlm_logits, "sampled_ids": sampled_ids,
                 "corrupted_ids": corrupted_ids, "is_replaced": is_replaced,
@@ -156,22 +177,16 @@ class ElectraPretrainer(keras.Model):
         config = super().get_config()
         config.update({
             "vocabulary_size": self.vocabulary_size,
-            "discriminator_size": dataclasses.asdict(self.discriminator_size),
-            "generator_size": dataclasses.asdict(self.generator_size),
-            "tie_embeddings": self.tie_embeddings,
+            "shape": self.shape.to_dict(),
             "temperature": self.temperature,
             "disallow_correct": self.disallow_correct,
             "dropout": self.dropout,
-            "max_sequence_length": self.max_sequence_length,
         })
         return config
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        for key in ("discriminator_size", "generator_size"):
-            config[key] = sizes.EncoderSize(**config[key])
-        return cls(**config)
+        return cls(**dict(config, shape=sizes.ModelShape.from_dict(config["shape"])))
 
 
 def dummy_batch(batch_size: int, seq_length: int, num_predictions: int) -> dict:
@@ -185,14 +200,3 @@ def dummy_batch(batch_size: int, seq_length: int, num_predictions: int) -> dict:
             "masked_lm_ids": predictions,
             "masked_lm_weights": predictions.astype("float32")}
 
-
-def from_config(model_config, vocabulary_size: int, dtype=None) -> ElectraPretrainer:
-    """The pre-trainer for `config.model` (see configs/electra.py)."""
-    discriminator = sizes.get_size(model_config.size)
-    generator = sizes.generator_size(discriminator, model_config.generator_hidden_fraction,
-                                     model_config.generator_layer_fraction)
-    return ElectraPretrainer(
-        vocabulary_size, discriminator, generator,
-        tie_embeddings=model_config.tie_embeddings, temperature=model_config.temperature,
-        disallow_correct=model_config.disallow_correct, dropout=model_config.dropout,
-        dtype=dtype, name="electra")

@@ -2,7 +2,8 @@
 
 Every conversion goes through one table, `Weights`: the model's tensors under the
 original ELECTRA's TF1 variable names, in the original's layouts, plus the `ModelSpec`
-(vocabulary and encoder sizes) they imply. Each format is a reader and/or a writer:
+(vocabulary and `ModelShape`: any widths, depths, position count and weight sharing)
+they imply. Each format is a reader and/or a writer:
 
     tf1 checkpoint ──┐                                   ┌─► electra_tf workdir (ckpt-0)
     HF directories ──┼─► Weights: {TF1 name: array} ────┼─► HF directories
@@ -17,7 +18,11 @@ How the layouts differ from the table (and nothing else does):
 - Hugging Face (`hf_name`): torch `Linear` weights are `[out, in]` (transposed);
   LayerNorm gamma/beta are `weight`/`bias`; `dense_1` is `dense_prediction`; the
   generator is a model of its own (`ElectraForMaskedLM`) whose encoder is `electra.`
-  and which holds a copy of the shared embeddings; `output_bias` is `generator_lm_head.bias`.
+  and which holds a copy of the shared embeddings (tie='all': of the whole encoder);
+  `output_bias` is `generator_lm_head.bias`.
+- the original (TF1): tie='none' keeps the generator's embeddings under
+  `generator/embeddings`; tie='all' has no `generator/` scope at all (the generator reuses
+  `electra/`), only `generator_predictions/`.
 
 >>> hf_name("electra/encoder/layer_3/attention/output/LayerNorm/gamma")
 ('electra.encoder.layer.3.attention.output.LayerNorm.weight', False)
@@ -46,7 +51,6 @@ from electra_tf.text import tokenizer as tokenizer_lib
 
 FORMATS_IN = ("tf1", "hf", "electra_tf")
 FORMATS_OUT = ("electra_tf", "hf", "keras_hub", "tf1")
-MAX_POSITIONS = 512  # the position table of ours, the original's and HF's (512 rows)
 HF_WEIGHTS = "model.safetensors"
 # In HF files but not weights: buffers (older transformers saved them), and the output
 # embeddings, tied to the word embeddings (checked equal when present).
@@ -60,12 +64,25 @@ class ConversionError(errors.UserError):
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-    """What a checkpoint holds: the vocabulary and the encoder sizes."""
+    """What a checkpoint holds: the vocabulary and the model's shape."""
 
     vocab_size: int
-    discriminator: sizes.EncoderSize
-    generator: sizes.EncoderSize | None   # None: a discriminator alone
-    tie_embeddings: bool = True           # the generator uses the discriminator's embeddings
+    shape: sizes.ModelShape
+    # False: a discriminator alone; `shape.generator` is then the one pre-training adds
+    # (fresh weights: `fresh_generator`).
+    has_generator: bool = True
+
+    @property
+    def discriminator(self) -> sizes.EncoderSize:
+        return self.shape.discriminator
+
+    @property
+    def generator(self) -> sizes.EncoderSize | None:
+        return self.shape.generator if self.has_generator else None
+
+    @property
+    def tie(self) -> str:
+        return self.shape.tie
 
 
 @dataclasses.dataclass
@@ -77,6 +94,8 @@ class Weights:
     source: str                           # where they came from, for messages
     vocab_file: str | None = None         # the vocab found beside the input, if any
     ignored: tuple[str, ...] = ()         # tensors of the input that are not weights
+    lower_case: bool | None = None        # the vocab's normalisation, where the input says
+    notes: tuple[str, ...] = ()           # what was assumed (e.g. heads, in no tensor)
 
     @property
     def num_parameters(self) -> int:
@@ -164,13 +183,19 @@ def _discriminator_slots(embeddings, discriminator, head: heads.ReplacedTokenHea
             *_dense("discriminator_predictions/dense_1", head.logits)]
 
 
-def pretrainer_slots(model: pretrainer.ElectraPretrainer) -> list[Slot]:
-    """Every variable of `model` with its TF1 name, in the original's order."""
+def pretrainer_slots(model: pretrainer.ElectraPretrainer,
+                     generator: bool = True) -> list[Slot]:
+    """Every variable of `model` with its TF1 name, in the original's order (the
+    discriminator's alone with `generator=False`)."""
     slots = _discriminator_slots(model.embeddings, model.discriminator,
                                  model.discriminator_head)
-    if not model.tie_embeddings:
+    if not generator:
+        return slots
+    tie = model.shape.tie
+    if tie == "none":
         slots += _ours_embedding_slots("generator/embeddings", model.generator.embeddings)
-    slots += _encoder_slots("generator", model.generator)
+    if tie != "all":  # under 'all' the generator's encoder is the discriminator's
+        slots += _encoder_slots("generator", model.generator)
     mlm = model.generator_head  # keras-hub MaskedLMHead; the projection is the embeddings
     # pylint: disable=protected-access
     slots += _dense("generator_predictions/dense", mlm._intermediate_dense)
@@ -192,32 +217,16 @@ def backbone_slots(backbone: keras_hub.models.ElectraBackbone) -> list[Slot]:
 
 
 def build_pretrainer(spec: ModelSpec) -> pretrainer.ElectraPretrainer:
-    """Our pre-trainer for `spec`, float32, with every variable created."""
-    model = pretrainer.ElectraPretrainer(
-        spec.vocab_size, spec.discriminator, spec.generator,
-        tie_embeddings=spec.tie_embeddings, max_sequence_length=MAX_POSITIONS,
-        dtype="float32")
+    """Our pre-trainer for `spec`, float32, with every variable created (the same initial
+    weights every time: a discriminator-only input's fresh generator is reproducible)."""
+    keras.utils.set_random_seed(0)
+    model = pretrainer.ElectraPretrainer(spec.vocab_size, spec.shape, dtype="float32")
     return model.build_for(seq_length=8, num_predictions=1)
 
 
 def expected_slots(spec: ModelSpec) -> list[Slot]:
     """The tensors a checkpoint of `spec` holds: names and shapes, on our variables."""
-    if spec.generator is not None:
-        return pretrainer_slots(build_pretrainer(spec))
-    # A discriminator alone (e.g. one HF ElectraForPreTraining): its three layers.
-    size = spec.discriminator
-    embeddings = encoder.Embeddings(spec.vocab_size, size.embedding_size,
-                                    max_sequence_length=MAX_POSITIONS, dtype="float32")
-    discriminator = encoder.Encoder(embeddings, size.hidden_size, size.num_layers,
-                                    size.num_heads, size.intermediate_size, dtype="float32")
-    head = heads.ReplacedTokenHead(size.hidden_size, dtype="float32")
-    head(discriminator(_dummy_inputs()))
-    return _discriminator_slots(embeddings, discriminator, head)
-
-
-def _dummy_inputs(batch=1, length=8):
-    ids = np.zeros((batch, length), "int32")
-    return {"token_ids": ids, "segment_ids": ids, "padding_mask": np.ones_like(ids)}
+    return pretrainer_slots(build_pretrainer(spec), generator=spec.has_generator)
 
 
 def load_into(slots: list[Slot], weights: Weights):
@@ -236,65 +245,37 @@ def _check_shape(source, name, shape, expected):
                               f"{list(expected)} for this model")
 
 
-# ---------------------------------------------------------------------------- sizes
-def describe(size: sizes.EncoderSize) -> str:
-    """`size` in words, for messages."""
-    return (f"hidden {size.hidden_size}, {size.num_layers} layers, {size.num_heads} heads, "
-            f"FFN {size.intermediate_size}, embeddings {size.embedding_size}")
-
-
-def named_size(size: sizes.EncoderSize) -> str | None:
-    """The name of `size` in `sizes.SIZES`, or None."""
-    return next((name for name, s in sizes.SIZES.items() if s == size), None)
-
-
-def _size_from_dims(source, hidden, layers, intermediate, embedding, size_name):
-    """The discriminator for these dimensions: the `--size` given, else the table row with
-    them (the number of heads is in no tensor's shape)."""
-    if size_name:
-        return sizes.get_size(size_name)
-    for size in sizes.SIZES.values():
+# ---------------------------------------------------------------------------- shapes
+def _discriminator_from_dims(hidden, layers, intermediate, embedding, num_heads, notes):
+    """The discriminator of these dimensions. The number of heads is in no tensor's shape:
+    `num_heads` if given, else a preset's with these dimensions, else the original's
+    rule (one per 64 units), said in `notes`."""
+    dims = (hidden, layers, intermediate, embedding)
+    if num_heads:
+        return sizes.EncoderSize(hidden, layers, num_heads, intermediate, embedding)
+    for name, size in sizes.SIZES.items():
         if (size.hidden_size, size.num_layers, size.intermediate_size,
-                size.embedding_size) == (hidden, layers, intermediate, embedding):
+                size.embedding_size) == dims:
             return size
-    raise ConversionError(
-        f"{source}: a discriminator of hidden size {hidden}, {layers} layers, FFN "
-        f"{intermediate}, embeddings {embedding} is none of the sizes "
-        f"{', '.join(sizes.SIZES)} (model/sizes.py); add it there or give --size")
+    heads = sizes.heads_for(hidden)
+    notes.append(f"discriminator: {heads} attention heads assumed (hidden {hidden} / 64, "
+                 "the original's rule; no tensor holds the number): give --num_heads if not")
+    return sizes.EncoderSize(hidden, layers, heads, intermediate, embedding)
 
 
-def _generator_from_dims(source, discriminator, hidden, layers):
-    """The generator of `hidden` units and `layers` layers, by the original's rule
-    (heads hidden // 64, FFN 4 × hidden), which is also ours (`sizes.generator_size`)."""
+def fresh_generator(discriminator: sizes.EncoderSize) -> sizes.EncoderSize:
+    """The generator pre-training adds to a discriminator converted alone: the preset's
+    fraction (the paper's), else a quarter of the width."""
+    preset = next((n for n, s in sizes.SIZES.items() if s == discriminator), None)
+    return sizes.generator_size(discriminator,
+                                sizes.GENERATOR_HIDDEN_FRACTION.get(preset, 0.25))
+
+
+def _shape(source, discriminator, generator, positions, tie) -> sizes.ModelShape:
     try:
-        return sizes.generator_size(discriminator, hidden / discriminator.hidden_size,
-                                    layers / discriminator.num_layers)
-    except errors.UserError as e:
-        raise ConversionError(f"{source}: generator of {hidden} units, {layers} layers: "
-                              f"{e}") from None
-
-
-def config_overrides(spec: ModelSpec) -> dict:
-    """`config.model` fields of a run that builds `spec` (for `--to=electra_tf`)."""
-    size = named_size(spec.discriminator)
-    if size is None:
-        raise ConversionError(f"the discriminator ({describe(spec.discriminator)}) is none "
-                              f"of the sizes {', '.join(sizes.SIZES)}; add it to "
-                              "model/sizes.py")
-    if spec.generator is None:
-        raise ConversionError("pre-training needs the generator too; the input holds a "
-                              "discriminator only")
-    overrides = {"size": size, "tie_embeddings": spec.tie_embeddings,
-                 "generator_hidden_fraction":
-                     spec.generator.hidden_size / spec.discriminator.hidden_size,
-                 "generator_layer_fraction":
-                     spec.generator.num_layers / spec.discriminator.num_layers}
-    derived = sizes.generator_size(spec.discriminator, overrides["generator_hidden_fraction"],
-                                   overrides["generator_layer_fraction"])
-    if derived != spec.generator:
-        raise ConversionError(f"the generator ({describe(spec.generator)}) does not follow "
-                              f"model/sizes.generator_size, which gives {describe(derived)}")
-    return overrides
+        return sizes.ModelShape(discriminator, generator, positions, tie).check()
+    except ValueError as e:
+        raise ConversionError(f"{source}: {e}") from None
 
 
 # ---------------------------------------------------------------------------- tf1
@@ -326,9 +307,10 @@ def _encoder_dims(shapes, scope, source):
     return hidden, layers, shapes[intermediate_name][-1]
 
 
-def read_tf1(path: str, size_name: str | None = None) -> Weights:
+def read_tf1(path: str, num_heads: int | None = None,
+             generator_num_heads: int | None = None) -> Weights:
     """The original ELECTRA's pre-training checkpoint (`electra/`, `generator/`,
-    `*_predictions/`); optimizer slots and `global_step` are ignored."""
+    `*_predictions/`) of any shape; optimizer slots and `global_step` are ignored."""
     prefix = _tf1_prefix(path)
     reader = tf.train.load_checkpoint(prefix)
     shapes = reader.get_variable_to_shape_map()
@@ -336,14 +318,26 @@ def read_tf1(path: str, size_name: str | None = None) -> Weights:
     if word not in shapes:
         raise ConversionError(f"{prefix}: no tensor {word}; not an ELECTRA checkpoint")
     vocab_size, embedding = shapes[word]
-    discriminator = _size_from_dims(prefix, *_encoder_dims(shapes, "electra", prefix),
-                                    embedding, size_name)
-    generator = None
+    positions = shapes.get("electra/embeddings/position_embeddings", [512])[0]
+    notes = []
+    discriminator = _discriminator_from_dims(*_encoder_dims(shapes, "electra", prefix),
+                                             embedding, num_heads, notes)
+    has_generator = "generator_predictions/output_bias" in shapes
     if "generator/encoder/layer_0/attention/self/query/kernel" in shapes:
-        hidden, layers, _ = _encoder_dims(shapes, "generator", prefix)
-        generator = _generator_from_dims(prefix, discriminator, hidden, layers)
-    spec = ModelSpec(vocab_size, discriminator, generator,
-                     tie_embeddings="generator/embeddings/word_embeddings" not in shapes)
+        hidden, layers, intermediate = _encoder_dims(shapes, "generator", prefix)
+        untied = shapes.get("generator/embeddings/word_embeddings")
+        tie = "none" if untied else "embeddings"
+        heads = generator_num_heads or (discriminator.num_heads
+                                        if hidden == discriminator.hidden_size
+                                        else sizes.heads_for(hidden))
+        generator = sizes.EncoderSize(hidden, layers, heads, intermediate,
+                                      untied[1] if untied else embedding)
+    elif has_generator:  # generator_predictions/ alone: the original's tied generator
+        tie, generator = "all", discriminator
+    else:
+        tie, generator = "embeddings", fresh_generator(discriminator)
+    spec = ModelSpec(vocab_size, _shape(prefix, discriminator, generator, positions, tie),
+                     has_generator)
 
     def read(name, shape):
         if name not in shapes:
@@ -354,7 +348,7 @@ def read_tf1(path: str, size_name: str | None = None) -> Weights:
     tensors = {slot.name: read(slot.name, slot.shape) for slot in expected_slots(spec)}
     vocab = os.path.join(os.path.dirname(prefix), "vocab.txt")
     return Weights(spec, tensors, prefix, vocab if os.path.exists(vocab) else None,
-                   tuple(sorted(set(shapes) - set(tensors))))
+                   tuple(sorted(set(shapes) - set(tensors))), notes=tuple(notes))
 
 
 def save_tf1(weights: Weights, output: str, vocab_file: str | None = None) -> str:
@@ -397,9 +391,11 @@ def hf_name(name: str) -> tuple[str, bool]:
     return ".".join(out), leaf == "kernel"
 
 
-def _hf_part(name: str, tie_embeddings: bool) -> tuple[str, ...]:
-    """The HF models a TF1 tensor belongs to: the shared embeddings are in both."""
-    if name.startswith("electra/embeddings/") and tie_embeddings:
+def _hf_part(name: str, tie: str) -> tuple[str, ...]:
+    """The HF models a TF1 tensor belongs to: what is shared is in both."""
+    if name.startswith("electra/embeddings/") and tie != "none":
+        return ("discriminator", "generator")
+    if name.startswith("electra/") and tie == "all":
         return ("discriminator", "generator")
     if name.startswith(("electra/", "discriminator_predictions/")):
         return ("discriminator",)
@@ -421,7 +417,7 @@ def _hf_config(spec: ModelSpec, part: str, pad_id: int) -> dict:
         "hidden_act": "gelu",                       # exact (erf), as ours and the original
         "hidden_dropout_prob": 0.1,
         "attention_probs_dropout_prob": 0.1,
-        "max_position_embeddings": MAX_POSITIONS,
+        "max_position_embeddings": spec.shape.max_positions,
         "type_vocab_size": 2,
         "initializer_range": 0.02,
         "layer_norm_eps": 1e-12,
@@ -431,9 +427,24 @@ def _hf_config(spec: ModelSpec, part: str, pad_id: int) -> dict:
     }
 
 
-def save_hf(weights: Weights, output: str, vocab_file: str | None = None) -> list[str]:
+def _hf_tokenizer_config(spec: ModelSpec, lower_case: bool) -> dict:
+    """What `AutoTokenizer.from_pretrained` reads: a WordPiece tokenizer normalising as our
+    data was made (lower-case + NFD accent stripping, or neither), our special tokens."""
+    return {
+        "tokenizer_class": "ElectraTokenizer",
+        "do_lower_case": lower_case,
+        "strip_accents": None,          # follows do_lower_case, as FastBertNormalize does
+        "tokenize_chinese_chars": True,
+        "model_max_length": spec.shape.max_positions,
+        **{f"{name}_token": f"[{name.upper()}]" for name in ("unk", "sep", "pad", "cls", "mask")},
+    }
+
+
+def save_hf(weights: Weights, output: str, vocab_file: str | None = None,
+            lower_case: bool = True) -> list[str]:
     """`output/discriminator/` (ElectraForPreTraining) and, with a generator,
-    `output/generator/` (ElectraForMaskedLM): config.json, model.safetensors, vocab.txt."""
+    `output/generator/` (ElectraForMaskedLM): config.json, model.safetensors, and with a
+    vocab, vocab.txt and tokenizer_config.json (`lower_case`: the data's normalisation)."""
     from safetensors import numpy as safetensors_np  # pylint: disable=g-import-not-at-top
     spec = weights.spec
     parts = ["discriminator"] + (["generator"] if spec.generator is not None else [])
@@ -444,14 +455,17 @@ def save_hf(weights: Weights, output: str, vocab_file: str | None = None) -> lis
             os.makedirs(directory)
             arrays = {}
             for name, array in weights.tensors.items():
-                if part in _hf_part(name, spec.tie_embeddings):
+                if part in _hf_part(name, spec.tie):
                     key, transpose = hf_name(name)
                     arrays[key] = np.ascontiguousarray(array.T if transpose else array)
             # transformers refuses safetensors files without format metadata.
             safetensors_np.save_file(arrays, os.path.join(directory, HF_WEIGHTS),
                                      metadata={"format": "pt"})
             _write_json(_hf_config(spec, part, pad_id), os.path.join(directory, "config.json"))
-            _copy_vocab(vocab_file, spec, directory)
+            if vocab_file:
+                _copy_vocab(vocab_file, spec, directory)
+                _write_json(_hf_tokenizer_config(spec, lower_case),
+                            os.path.join(directory, "tokenizer_config.json"))
     return [os.path.join(output, part) for part in parts]
 
 
@@ -493,9 +507,34 @@ def _hf_load(directory: str) -> tuple[str, dict]:
     return path, safetensors_np.load_file(path)
 
 
-def read_hf(path: str, size_name: str | None = None) -> Weights:
-    """Hugging Face ELECTRA: `path/discriminator` (+ `path/generator`) or one
-    ElectraForPreTraining directory; config.json and model.safetensors in each."""
+def _hf_size(config: dict) -> sizes.EncoderSize:
+    return sizes.EncoderSize(config["hidden_size"], config["num_hidden_layers"],
+                             config["num_attention_heads"], config["intermediate_size"],
+                             config.get("embedding_size", config["hidden_size"]))
+
+
+def _hf_tie(files: dict, discriminator, generator) -> str:
+    """What the generator shares, read off the tensors (HF stores copies): equal
+    embeddings, and equal encoder weights too under tie='all'."""
+    disc, gen = files["discriminator"][1], files["generator"][1]
+
+    def same(prefix):
+        keys = [k for k in gen if k.startswith(prefix)]
+        return bool(keys) and all(k in disc and disc[k].shape == gen[k].shape
+                                  and np.array_equal(disc[k], gen[k]) for k in keys)
+
+    if not same("electra.embeddings."):
+        return "none"
+    if generator == discriminator and same("electra.encoder."):
+        return "all"
+    return "embeddings"
+
+
+def read_hf(path: str, num_heads: int | None = None,
+            generator_num_heads: int | None = None) -> Weights:
+    """Hugging Face ELECTRA of any shape: `path/discriminator` (+ `path/generator`) or
+    one ElectraForPreTraining directory; config.json and model.safetensors in each."""
+    del num_heads, generator_num_heads  # config.json says
     directories = _hf_directories(path)
     configs = {part: _hf_read_config(d) for part, d in directories.items()}
     disc = configs["discriminator"]
@@ -503,44 +542,35 @@ def read_hf(path: str, size_name: str | None = None) -> Weights:
     if "ElectraForMaskedLM" in disc.get("architectures", []):
         raise ConversionError(f"{source}: an ElectraForMaskedLM (a generator); give the "
                               "directory holding discriminator/ and generator/")
-    hidden = disc["hidden_size"]
-    embedding = disc.get("embedding_size", hidden)
-    discriminator = sizes.EncoderSize(hidden, disc["num_hidden_layers"],
-                                      disc["num_attention_heads"], disc["intermediate_size"],
-                                      embedding)
-    if size_name and sizes.get_size(size_name) != discriminator:
-        raise ConversionError(f"{source}: the discriminator ({describe(discriminator)}) is "
-                              f"not --size={size_name}")
-    generator = None
+    discriminator = _hf_size(disc)
+    positions = disc.get("max_position_embeddings", 512)
+    files = {part: _hf_load(d) for part, d in directories.items()}
     if "generator" in configs:
         gen = configs["generator"]
         gen_source = os.path.join(directories["generator"], "config.json")
-        for key in ("vocab_size", "embedding_size"):
-            if gen.get(key, gen["hidden_size"]) != disc.get(key, hidden):
-                raise ConversionError(f"{gen_source}: {key} differs from the "
-                                      "discriminator's; they cannot share embeddings")
-        generator = sizes.EncoderSize(gen["hidden_size"], gen["num_hidden_layers"],
-                                      gen["num_attention_heads"], gen["intermediate_size"],
-                                      embedding)
-    files = {part: _hf_load(d) for part, d in directories.items()}
-    # Shared embeddings: the generator holds a copy. Different ones were not shared.
-    tied = "generator" not in files or all(
-        np.array_equal(files["discriminator"][1].get(key), array)
-        for key, array in files["generator"][1].items() if key.startswith("electra.embeddings."))
-    spec = ModelSpec(disc["vocab_size"], discriminator, generator, tie_embeddings=tied)
-
+        for key in ("vocab_size", "max_position_embeddings"):
+            if gen.get(key, 512) != disc.get(key, 512):
+                raise ConversionError(f"{gen_source}: {key} is {gen.get(key, 512)}, the "
+                                      f"discriminator's {disc.get(key, 512)}; ours needs one")
+        generator = _hf_size(gen)
+        tie = _hf_tie(files, discriminator, generator)
+    else:
+        tie, generator = "embeddings", fresh_generator(discriminator)
+    spec = ModelSpec(disc["vocab_size"],
+                     _shape(source, discriminator, generator, positions, tie),
+                     has_generator="generator" in configs)
     used = {part: set() for part in files}
 
     def read(name, shape):
         key, transpose = hf_name(name)
-        part = _hf_part(name, tied)[0]
+        part = _hf_part(name, tie)[0]
         if part not in files:
             raise ConversionError(f"{path}: no generator/ directory (needed for {key})")
         file, arrays = files[part]
         if key not in arrays:
             raise ConversionError(f"{file}: no tensor {key} (TF1 {name})")
         _check_shape(file, key, arrays[key].shape, shape[::-1] if transpose else shape)
-        for holder in _hf_part(name, tied):
+        for holder in _hf_part(name, tie):
             used.get(holder, set()).add(key)
         return np.asarray(arrays[key].T if transpose else arrays[key], "float32")
 
@@ -548,8 +578,8 @@ def read_hf(path: str, size_name: str | None = None) -> Weights:
     if "generator" in files:
         file, arrays = files["generator"]
         output = arrays.get("generator_lm_head.weight")
-        words = tensors["electra/embeddings/word_embeddings" if tied
-                        else "generator/embeddings/word_embeddings"]
+        words = tensors["generator/embeddings/word_embeddings" if tie == "none"
+                        else "electra/embeddings/word_embeddings"]
         if output is not None and not np.array_equal(output, words):
             raise ConversionError(f"{file}: generator_lm_head.weight differs from the word "
                                   "embeddings; ours projects with the word embeddings")
@@ -557,13 +587,26 @@ def read_hf(path: str, size_name: str | None = None) -> Weights:
                            for key in arrays
                            if key not in used[part] and key not in _HF_NOT_WEIGHTS))
     vocab = os.path.join(directories["discriminator"], "vocab.txt")
-    return Weights(spec, tensors, path, vocab if os.path.exists(vocab) else None, ignored)
+    return Weights(spec, tensors, path, vocab if os.path.exists(vocab) else None, ignored,
+                   lower_case=_hf_lower_case(directories["discriminator"]))
+
+
+def _hf_lower_case(directory: str) -> bool | None:
+    """do_lower_case of the directory's tokenizer_config.json, if it says."""
+    path = os.path.join(directory, "tokenizer_config.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        value = json.load(f).get("do_lower_case")
+    return None if value is None else bool(value)
 
 
 # ---------------------------------------------------------------------------- electra_tf
-def read_electra_tf(path: str, size_name: str | None = None) -> Weights:
+def read_electra_tf(path: str, num_heads: int | None = None,
+                    generator_num_heads: int | None = None) -> Weights:
     """A training run: its workdir (latest checkpoint) or one checkpoint prefix in
-    WORKDIR/checkpoints; config.json and vocab.txt come from the workdir."""
+    WORKDIR/checkpoints; config.json (the shape) and vocab.txt come from the workdir."""
+    del num_heads, generator_num_heads  # config.json says
     # The exporter's loader (the one way a run is read); imported here, as it brings tf.text.
     from electra_tf.serving import export  # pylint: disable=g-import-not-at-top
     if tf.io.gfile.isdir(path):
@@ -571,29 +614,51 @@ def read_electra_tf(path: str, size_name: str | None = None) -> Weights:
     else:
         workdir, checkpoint = os.path.dirname(os.path.dirname(path)), path
     config, vocab, model, checkpoint = export.load_run(workdir, checkpoint)
-    slots = pretrainer_slots(model)
-    spec = ModelSpec(vocab.size, model.discriminator_size, model.generator_size,
-                     model.tie_embeddings)
-    if size_name and config.model.size != size_name:
-        raise ConversionError(f"{workdir}/config.json: model.size is "
-                              f"{config.model.size!r}, not --size={size_name}")
-    return Weights(spec, {slot.name: slot.get() for slot in slots}, checkpoint, vocab.path)
+    spec = ModelSpec(vocab.size, model.shape, has_generator=not _fresh_generator(workdir))
+    slots = pretrainer_slots(model, generator=spec.has_generator)
+    return Weights(spec, {slot.name: slot.get() for slot in slots}, checkpoint, vocab.path,
+                   lower_case=export.lower_case_of(config, default=None))
+
+
+CONVERTED = "converted.json"  # in a workdir written by `save_electra_tf`: what it came from
+
+
+def _fresh_generator(workdir: str) -> bool:
+    """Whether the workdir's generator was never trained: converted from a discriminator
+    alone, and not pre-trained since (its checkpoint is still the converted ckpt-0)."""
+    path = os.path.join(workdir, CONVERTED)
+    if not tf.io.gfile.exists(path):
+        return False
+    with tf.io.gfile.GFile(path) as f:
+        fresh = json.load(f).get("generator") == "fresh"
+    latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")) or ""
+    return fresh and latest.endswith("ckpt-0")
 
 
 def save_electra_tf(weights: Weights, output: str, config: dict, vocab_file: str) -> str:
     """A workdir that `python -m electra_tf.train --workdir=output` continues: config.json
-    (`config` with the spec's `model` fields), vocab.txt, and checkpoints/ckpt-0 holding
-    `step` (0) and `model` (no optimizer: it starts fresh). Returns the checkpoint path."""
+    (`config` with the spec's shape as explicit `model` fields), vocab.txt,
+    checkpoints/ckpt-0 holding `step` (0) and `model` (no optimizer: it starts fresh), and
+    converted.json. A discriminator converted alone gets a generator of fresh weights
+    (`fresh_generator`), which pre-training then trains from step 0; export and
+    fine-tuning use the discriminator only. Returns the checkpoint path."""
+    from electra_tf import model_config  # pylint: disable=g-import-not-at-top
     if not vocab_file:
         raise ConversionError("--to=electra_tf needs the vocabulary: give --vocab_file")
     config = json.loads(json.dumps(config))  # a copy
-    config["model"].update(config_overrides(weights.spec))
+    config["model"].update(model_config.fields(weights.spec.shape))
+    config["data"]["max_seq_length"] = min(config["data"]["max_seq_length"],
+                                           weights.spec.shape.max_positions)
     model = build_pretrainer(weights.spec)
-    load_into(pretrainer_slots(model), weights)
+    load_into(pretrainer_slots(model, generator=weights.spec.has_generator), weights)
     with _new_directory(output) as tmp:
         config["data"]["vocab_file"] = os.path.join(output, "vocab.txt")
         _copy_vocab(vocab_file, weights.spec, tmp)
         _write_json(config, os.path.join(tmp, "config.json"))
+        _write_json({"source": weights.source,
+                     "generator": "converted" if weights.spec.has_generator else "fresh",
+                     "lower_case": weights.lower_case},
+                    os.path.join(tmp, CONVERTED))
         checkpoint = tf.train.Checkpoint(step=tf.Variable(0, dtype=tf.int64), model=model)
         manager = tf.train.CheckpointManager(checkpoint, os.path.join(tmp, "checkpoints"),
                                              max_to_keep=1)
@@ -611,7 +676,7 @@ def to_keras_hub(weights: Weights) -> keras_hub.models.ElectraBackbone:
         vocab_size=weights.spec.vocab_size, num_layers=size.num_layers,
         num_heads=size.num_heads, hidden_dim=size.hidden_size,
         embedding_dim=size.embedding_size, intermediate_dim=size.intermediate_size,
-        dropout=0.1, max_sequence_length=MAX_POSITIONS, dtype="float32")
+        dropout=0.1, max_sequence_length=weights.spec.shape.max_positions, dtype="float32")
     load_into(backbone_slots(backbone), weights)
     for variable in backbone.pooled_dense.weights:
         variable.assign(np.zeros(variable.shape, "float32"))
@@ -627,14 +692,17 @@ def save_keras_hub(weights: Weights, output: str) -> str:
 
 
 # ---------------------------------------------------------------------------- helpers
-def read(fmt: str, path: str, size_name: str | None = None) -> Weights:
-    """The table of `path` in format `fmt` (one of FORMATS_IN)."""
+def read(fmt: str, path: str, num_heads: int | None = None,
+         generator_num_heads: int | None = None) -> Weights:
+    """The table of `path` in format `fmt` (one of FORMATS_IN). The numbers of heads are
+    in no tensor's shape: for a TF1 checkpoint give them where the default (a preset's,
+    else one per 64 units, the original's rule) is not the model's."""
     readers = {"tf1": read_tf1, "hf": read_hf, "electra_tf": read_electra_tf}
     if fmt not in readers:
         raise ConversionError(f"--from={fmt}: choose one of {', '.join(readers)}")
     if not tf.io.gfile.exists(path) and not tf.io.gfile.exists(path + ".index"):
         raise ConversionError(f"{path}: not found")
-    return readers[fmt](path, size_name)
+    return readers[fmt](path, num_heads, generator_num_heads)
 
 
 def _copy_vocab(vocab_file, spec, directory):

@@ -50,6 +50,7 @@ import tensorflow as tf
 import tensorflow_text as text  # noqa: F401  (registers the tokenizer ops)
 
 from electra_tf import errors
+from electra_tf import model_config
 from electra_tf.data import masking
 from electra_tf.data import pipeline
 from electra_tf.model import pretrainer
@@ -145,7 +146,7 @@ def load_run(workdir: str, checkpoint: str | None = None, vocab_file: str | None
     path = checkpoint or tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
     if not path:
         raise errors.UserError(f"{workdir}/checkpoints: no checkpoint to export")
-    model = pretrainer.from_config(config.model, vocab.size, dtype="float32")
+    model = model_config.pretrainer(config, vocab.size, dtype="float32")
     run_vocab = os.path.join(workdir, "vocab.txt")
     if vocab_file and tf.io.gfile.exists(run_vocab):
         trained = tokenizer_lib.Vocab.load(run_vocab).size

@@ -24,17 +24,18 @@ import os
 import time
 
 import keras
+import ml_collections
 import tensorflow as tf
 from absl import logging
 
 from electra_tf import errors
+from electra_tf import model_config
 from electra_tf import progress
 from electra_tf.data import masking as masking_lib
 from electra_tf.data import pipeline
 from electra_tf.data import writer
 from electra_tf.model import dropout as dropout_lib
 from electra_tf.model import losses
-from electra_tf.model import pretrainer
 from electra_tf.text import tokenizer
 from electra_tf.training import distribute
 from electra_tf.training import metrics as metrics_lib
@@ -58,7 +59,7 @@ class Trainer:
         seq_length = config.data.max_seq_length
         with strategy.scope():
             keras.utils.set_random_seed(config.train.seed)
-            self.model = pretrainer.from_config(config.model, vocab_size, dtype=self.policy)
+            self.model = model_config.pretrainer(config, vocab_size, dtype=self.policy)
             self.model.build_for(seq_length, num_predictions)
             self.optimizer = optimizer_lib.create_optimizer(config.train, self.model,
                                                             self.policy)
@@ -285,6 +286,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                  if eval_files else None)
 
     # ------------------------------------------------------------ model, optimizer
+    config = model_config.resolve(config)  # the shape explicit, as config.json keeps it
     _check_same_run(config, workdir, vocab)
     trainer = Trainer(config, strategy, vocab.size, masking.max_predictions)
 
@@ -450,14 +452,22 @@ def _check_same_run(config, workdir, vocab):
         return
     with tf.io.gfile.GFile(path) as f:
         saved = json.load(f)
-    # The model's shapes; once it has trained (a converted workdir is at step 0), also
-    # what the position in the data stream depends on.
-    fixed = [("model", "size"), ("model", "generator_hidden_fraction"),
-             ("model", "generator_layer_fraction"), ("model", "tie_embeddings")]
+    before = model_config.shape(ml_collections.ConfigDict(saved))
+    now = model_config.shape(config)
+    if before != now:
+        old, new = _flat(before.to_dict()), _flat(now.to_dict())
+        changed = [key for key in new if new[key] != old.get(key)]
+        raise errors.UserError(
+            "config.model gives " + ", ".join(f"{k}={new[k]}" for k in changed)
+            + f", but the run in {workdir} was started with "
+            + ", ".join(f"{k}={old.get(k)}" for k in changed)
+            + f" ({path}): use another --workdir, or the same model shape to resume")
+    # Once it has trained (a converted workdir is at step 0), also what the position in
+    # the data stream depends on.
     latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
-    if latest and not latest.endswith("-0"):
-        fixed += [("data", "max_seq_length"), ("train", "batch_size"), ("train", "seed")]
-    for section, key in fixed:
+    trained = latest and not latest.endswith("-0")
+    for section, key in ((("data", "max_seq_length"), ("train", "batch_size"),
+                          ("train", "seed")) if trained else ()):
         before = saved.get(section, {}).get(key)
         now = config[section][key]
         if before is not None and before != now:
@@ -470,6 +480,17 @@ def _check_same_run(config, workdir, vocab):
             raise errors.UserError(
                 f"config.data.vocab_file={config.data.vocab_file!r} differs from the vocab "
                 f"the run in {workdir} was started with ({vocab_copy})")
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    """{"a.b": value} of a nested dict."""
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _restore(trainer, checkpoint, directory) -> str | None:

@@ -66,7 +66,7 @@ def test_every_dropout_of_the_pretrainer_is_a_hash_dropout():
     keras.utils.set_random_seed(0)
     tiny = sizes.SIZES["tiny"]
     model = pretrainer.ElectraPretrainer(
-        50, tiny, sizes.generator_size(tiny, 0.5)).build_for(8, 2)
+        50, sizes.ModelShape(tiny, sizes.generator_size(tiny, 0.5))).build_for(8, 2)
     layers = model._flatten_layers()  # pylint: disable=protected-access
     found = [layer for layer in layers if isinstance(layer, keras.layers.Dropout)]
     assert found and all(type(layer) is dropout.HashDropout for layer in found)

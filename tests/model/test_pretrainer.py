@@ -1,10 +1,13 @@
 """The pre-trainer: shapes, shared embeddings, corruption, the stop-gradient, determinism."""
 
+import dataclasses
+
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
+from electra_tf import model_config
 from electra_tf.model import losses
 from electra_tf.model import pretrainer
 from electra_tf.model import sizes
@@ -12,11 +15,15 @@ from electra_tf.model import sizes
 VOCAB, MASK, B, S, P = 40, 4, 2, 12, 3
 
 
-def make_model(**kwargs):
-    keras.utils.set_random_seed(0)
+def make_shape(tie="embeddings", generator=None):
     tiny = sizes.SIZES["tiny"]
-    model = pretrainer.ElectraPretrainer(VOCAB, tiny, sizes.generator_size(tiny, 0.5),
-                                         max_sequence_length=32, **kwargs)
+    return sizes.ModelShape(tiny, generator or sizes.generator_size(tiny, 0.5),
+                            max_positions=32, tie=tie)
+
+
+def make_model(tie="embeddings", generator=None, **kwargs):
+    keras.utils.set_random_seed(0)
+    model = pretrainer.ElectraPretrainer(VOCAB, make_shape(tie, generator), **kwargs)
     return model.build_for(S, P)
 
 
@@ -73,17 +80,56 @@ def test_embeddings_are_shared(model):
 
 
 def test_untied_embeddings_are_distinct():
-    untied = make_model(tie_embeddings=False)
+    tiny = sizes.SIZES["tiny"]
+    # tie='none': the generator's own embeddings at its own width (the original's
+    # untied_generator_embeddings), so no projection in the generator.
+    generator = dataclasses.replace(sizes.generator_size(tiny, 0.5), embedding_size=32)
+    untied = make_model(tie="none", generator=generator)
     assert untied.generator.embeddings is not untied.discriminator.embeddings
     assert untied.discriminator.embeddings is untied.embeddings
     assert untied.generator_head.token_embedding is untied.generator.embeddings.token_embedding
     assert (untied.generator_head.token_embedding
             is not untied.discriminator.embeddings.token_embedding)
-    matrices = [v for v in untied.weights if tuple(v.shape) == (VOCAB, 64)]
-    assert len(matrices) == 2
+    matrices = [tuple(v.shape) for v in untied.weights if v.shape[:1] == (VOCAB,)]
+    assert matrices == [(VOCAB, 64), (VOCAB, 32), (VOCAB,)]  # + the MLM output bias
+    assert untied.generator.projection is None
     # The product does not include the generator's embeddings.
     product = {id(v) for v in untied.discriminator_variables()}
     assert id(untied.generator.embeddings.token_embedding.embeddings) not in product
+
+
+def test_tie_all_makes_the_generator_the_discriminator_encoder():
+    tiny = sizes.SIZES["tiny"]
+    tied = make_model(tie="all", generator=tiny)
+    assert tied.generator is tied.discriminator
+    embedded = make_model()
+    # Only the MLM head is the generator's own: the encoder's weights are counted once.
+    own = len(embedded.generator.weights) - len(embedded.embeddings.weights)
+    assert len(tied.weights) == len(embedded.weights) - own
+    outputs = tied(make_batch(), uniform=uniform(), training=False)
+    assert outputs["mlm_logits"].shape == (B, P, VOCAB)
+
+
+def test_shared_layers_draw_other_dropout_masks_in_each_pass():
+    """Under `seeded` the generator's pass folds in a salt: the shared embeddings (and
+    every block under tie='all') must not reuse the discriminator's masks."""
+    tied = make_model(tie="all", generator=sizes.SIZES["tiny"])
+    batch = make_batch()
+    seen = []
+    original = tied.embeddings.dropout_layer.call
+
+    def spy(inputs, training=False):
+        out = original(inputs, training=training)
+        seen.append(out.numpy() == 0)
+        return out
+
+    tied.embeddings.dropout_layer.call = spy
+    tied(batch, uniform=uniform(), dropout_seed=tf.constant([3, 4]), training=True)
+    assert len(seen) == 2 and (seen[0] != seen[1]).any()
+    again = []
+    seen, first = again, seen
+    tied(batch, uniform=uniform(), dropout_seed=tf.constant([3, 4]), training=True)
+    np.testing.assert_array_equal(first[1], again[1])  # still a function of the seed
 
 
 def test_is_replaced_and_corruption(model):
@@ -178,12 +224,16 @@ def test_inference_is_deterministic_for_a_fixed_uniform(model):
 
 def test_invalid_arguments():
     tiny = sizes.SIZES["tiny"]
-    gen = sizes.generator_size(tiny, 0.5)
     with pytest.raises(ValueError, match="temperature"):
-        pretrainer.ElectraPretrainer(VOCAB, tiny, gen, temperature=0.0)
-    with pytest.raises(ValueError, match="embedding"):
-        pretrainer.ElectraPretrainer(VOCAB, tiny, sizes.generator_size(sizes.SIZES["small"],
-                                                                       0.25))
+        pretrainer.ElectraPretrainer(VOCAB, make_shape(), temperature=0.0)
+    with pytest.raises(ValueError, match="embedding_size"):  # tied, of another width
+        pretrainer.ElectraPretrainer(VOCAB, make_shape(
+            generator=sizes.generator_size(sizes.SIZES["small"], 0.25)))
+    with pytest.raises(ValueError, match="tie='all'"):  # all: the discriminator's shape
+        pretrainer.ElectraPretrainer(VOCAB, make_shape("all"))
+    with pytest.raises(ValueError, match="num_heads"):
+        pretrainer.ElectraPretrainer(VOCAB, make_shape(
+            generator=dataclasses.replace(tiny, num_heads=3)))
 
 
 def test_from_config_builds_the_configured_model():
@@ -194,13 +244,13 @@ def test_from_config_builds_the_configured_model():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     config = module.get_config("tiny")
-    model = pretrainer.from_config(config.model, vocabulary_size=VOCAB)
+    model = model_config.pretrainer(config, vocabulary_size=VOCAB)
     assert model.discriminator_size == sizes.SIZES["tiny"]
     assert model.generator_size.hidden_size == round(
         64 * config.model.generator_hidden_fraction)
-    assert model.tie_embeddings == config.model.tie_embeddings
+    assert model.shape.tie == config.model.tie == "embeddings"
     clone = pretrainer.ElectraPretrainer.from_config(model.get_config())
-    assert clone.generator_size == model.generator_size
+    assert clone.shape == model.shape
 
 
 def test_a_model_only_checkpoint_restores_every_variable(tmp_path):

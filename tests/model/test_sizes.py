@@ -67,8 +67,8 @@ def test_width_not_divisible_by_heads_is_a_user_error():
 
 def _discriminator_parameters(name):
     size = sizes.SIZES[name]
-    model = pretrainer.ElectraPretrainer(
-        30522, size, sizes.generator_size(size, sizes.GENERATOR_HIDDEN_FRACTION[name]))
+    model = pretrainer.ElectraPretrainer(30522, sizes.ModelShape(
+        size, sizes.generator_size(size, sizes.GENERATOR_HIDDEN_FRACTION[name])))
     model.build_for(128, 19)
     return sum(int(np.prod(v.shape)) for v in model.discriminator_variables())
 

@@ -27,8 +27,8 @@ def load_config(size="tiny"):
 def model():
     keras.utils.set_random_seed(0)
     tiny = sizes.SIZES["tiny"]
-    return pretrainer.ElectraPretrainer(30, tiny, sizes.generator_size(tiny, 0.5),
-                                        max_sequence_length=16).build_for(8, 2)
+    return pretrainer.ElectraPretrainer(30, sizes.ModelShape(
+        tiny, sizes.generator_size(tiny, 0.5), max_positions=16)).build_for(8, 2)
 
 
 def test_warmup_linear_decay_values():

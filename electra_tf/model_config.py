@@ -1,0 +1,187 @@
+"""`config.model` ⇄ `sizes.ModelShape`: the one place a model's shape is read from a config.
+
+`config.model.size` names the preset that fills the defaults; every dimension can be set
+(0 = the preset's, or derived for the generator):
+
+    discriminator  hidden_size, num_layers, num_heads, intermediate_size, embedding_size
+    positions      max_position_embeddings (the position table; default 512)
+    generator      generator_hidden_size   (0: hidden_size × generator_hidden_fraction)
+                   generator_num_layers    (0: num_layers × generator_layer_fraction)
+                   generator_num_heads     (0: one per 64 units; the discriminator's at its width)
+                   generator_intermediate_size (0: 4 × its hidden; the discriminator's at its width)
+                   generator_embedding_size (tie=none only; 0: its hidden size, as the original)
+    sharing        tie = none|embeddings|all (`sizes.TIES`); `tie_embeddings=False` is the
+                   older spelling of tie=none
+
+A run's config.json holds the resolved shape (`resolve`), so everything downstream
+(resume checks, export, fine-tuning, conversion, FLOPs) reads the same shape, never a
+preset name. Errors name the keys:
+
+>>> import ml_collections
+>>> from configs import electra
+>>> config = electra.get_config("tiny")
+>>> config.model.hidden_size, config.model.num_heads = 96, 3
+>>> shape(config).discriminator
+EncoderSize(hidden_size=96, num_layers=2, num_heads=3, intermediate_size=256, embedding_size=64)
+>>> config.model.num_heads = 5
+>>> shape(config)
+Traceback (most recent call last):
+...
+electra_tf.errors.UserError: config.model.hidden_size=96 is not a multiple of config.model.num_heads=5
+"""
+
+import dataclasses
+
+import ml_collections
+
+from electra_tf import errors
+from electra_tf.model import sizes
+
+_DISCRIMINATOR_KEYS = {  # EncoderSize field → config.model key
+    "hidden_size": "hidden_size", "num_layers": "num_layers", "num_heads": "num_heads",
+    "intermediate_size": "intermediate_size", "embedding_size": "embedding_size"}
+_GENERATOR_KEYS = {field: f"generator_{key}" for field, key in _DISCRIMINATOR_KEYS.items()}
+
+
+def _dims(model, keys: dict) -> dict:
+    """{field: value} of the keys set (non-zero); a negative value is an error."""
+    out = {}
+    for field, key in keys.items():
+        value = int(model.get(key, 0) or 0)
+        if value < 0:
+            raise errors.UserError(f"config.model.{key}={value}: must be positive (0: the "
+                                   "default)")
+        if value:
+            out[field] = value
+    return out
+
+
+def _tie(model) -> str:
+    tie = model.get("tie")
+    if tie is None:  # a run written before `tie` existed
+        return "embeddings" if model.get("tie_embeddings", True) else "none"
+    if tie not in sizes.TIES:
+        raise errors.UserError(f"config.model.tie={tie!r}: choose one of "
+                               f"{', '.join(sizes.TIES)}")
+    if not model.get("tie_embeddings", True):
+        if tie == "all":
+            raise errors.UserError("config.model.tie_embeddings=False contradicts "
+                                   "config.model.tie='all'; set only config.model.tie")
+        return "none"
+    return tie
+
+
+def _check_heads(size: sizes.EncoderSize, prefix: str):
+    if size.hidden_size % size.num_heads:
+        raise errors.UserError(
+            f"config.model.{prefix}hidden_size={size.hidden_size} is not a multiple of "
+            f"config.model.{prefix}num_heads={size.num_heads}")
+
+
+def _generator(model, discriminator: sizes.EncoderSize, tie: str,
+               legacy: bool) -> sizes.EncoderSize:
+    given = _dims(model, _GENERATOR_KEYS)
+    if tie == "all":
+        for field, value in given.items():
+            if value != getattr(discriminator, field):
+                raise errors.UserError(
+                    f"config.model.{_GENERATOR_KEYS[field]}={value}: config.model.tie='all' "
+                    "makes the generator the discriminator's encoder, of "
+                    f"{field}={getattr(discriminator, field)}")
+        return discriminator
+    hidden_fraction = model.get("generator_hidden_fraction", 1.0)
+    layer_fraction = model.get("generator_layer_fraction", 1.0)
+    for key, fraction in (("generator_hidden_fraction", hidden_fraction),
+                          ("generator_layer_fraction", layer_fraction)):
+        if not 0 < fraction <= 1:
+            raise errors.UserError(f"config.model.{key}={fraction}: must be in (0, 1]")
+    hidden = given.get("hidden_size",
+                       max(1, round(discriminator.hidden_size * hidden_fraction)))
+    full_width = hidden == discriminator.hidden_size
+    heads = given.get("num_heads",
+                      discriminator.num_heads if full_width else sizes.heads_for(hidden))
+    if hidden % heads:
+        what = (f"config.model.generator_hidden_size={hidden}" if "hidden_size" in given else
+                f"config.model.generator_hidden_fraction={hidden_fraction} gives {hidden} "
+                "hidden units, which")
+        raise errors.UserError(f"{what} is not a multiple of the generator's {heads} "
+                               "attention heads (one per 64 units unless set): choose a "
+                               "multiple, or set config.model.generator_num_heads")
+    if tie == "embeddings":
+        embedding = given.get("embedding_size", discriminator.embedding_size)
+        if embedding != discriminator.embedding_size:
+            raise errors.UserError(
+                f"config.model.generator_embedding_size={embedding}: config.model.tie="
+                "'embeddings' shares the discriminator's embeddings, of "
+                f"embedding_size={discriminator.embedding_size}; use tie='none' for its own")
+    else:  # none: its own embeddings, at its own width (a pre-`tie` run: the shared width)
+        embedding = given.get("embedding_size",
+                              discriminator.embedding_size if legacy else hidden)
+    return sizes.EncoderSize(
+        hidden_size=hidden,
+        num_layers=given.get("num_layers",
+                             max(1, round(discriminator.num_layers * layer_fraction))),
+        num_heads=heads,
+        intermediate_size=given.get("intermediate_size", discriminator.intermediate_size
+                                    if full_width else 4 * hidden),
+        embedding_size=embedding)
+
+
+def shape(config) -> sizes.ModelShape:
+    """The `ModelShape` of a pre-training config (configs/electra.py or a run's
+    config.json); a `UserError` naming the keys of an impossible combination."""
+    model = config.model
+    if "size" not in model:
+        raise errors.UserError("config.model.size is missing: not a pre-training config")
+    discriminator = dataclasses.replace(sizes.get_size(model.size),
+                                        **_dims(model, _DISCRIMINATOR_KEYS))
+    _check_heads(discriminator, "")
+    tie = _tie(model)
+    generator = _generator(model, discriminator, tie, legacy=model.get("tie") is None)
+    _check_heads(generator, "generator_")
+    positions = int(model.get("max_position_embeddings", 512))
+    if positions <= 0:
+        raise errors.UserError(f"config.model.max_position_embeddings={positions}: must be "
+                               "positive")
+    seq = config.get("data", {}).get("max_seq_length")
+    if seq is not None and seq > positions:
+        raise errors.UserError(
+            f"config.data.max_seq_length={seq} is longer than the position table: "
+            f"config.model.max_position_embeddings={positions}")
+    return sizes.ModelShape(discriminator, generator, positions, tie).check()
+
+
+def fields(model_shape: sizes.ModelShape) -> dict:
+    """The `config.model` keys that give `model_shape` exactly, with no default left to a
+    preset: `size` is the preset of its discriminator, else the closest by width (whose
+    training defaults, e.g. the learning rate, suit it best)."""
+    d, g = model_shape.discriminator, model_shape.generator
+    preset = model_shape.preset or min(
+        sizes.SIZES, key=lambda name: abs(sizes.SIZES[name].hidden_size - d.hidden_size))
+    out = {"size": preset, "max_position_embeddings": model_shape.max_positions,
+           "tie": model_shape.tie, "tie_embeddings": model_shape.tie != "none"}
+    for field, key in _DISCRIMINATOR_KEYS.items():
+        out[key] = getattr(d, field)
+    for field, key in _GENERATOR_KEYS.items():
+        out[key] = getattr(g, field)
+    out["generator_hidden_fraction"] = g.hidden_size / d.hidden_size
+    out["generator_layer_fraction"] = g.num_layers / d.num_layers
+    return out
+
+
+def resolve(config) -> ml_collections.ConfigDict:
+    """A copy of `config` whose `model` holds the resolved shape explicitly (what a run
+    writes to its config.json)."""
+    resolved = ml_collections.ConfigDict(config.to_dict())
+    resolved.model.update(fields(shape(config)))
+    return resolved
+
+
+def pretrainer(config, vocabulary_size: int, dtype=None):
+    """The `ElectraPretrainer` of a pre-training config."""
+    from electra_tf.model import pretrainer as pretrainer_lib  # pylint: disable=g-import-not-at-top
+    model = config.model
+    return pretrainer_lib.ElectraPretrainer(
+        vocabulary_size, shape(config), temperature=model.temperature,
+        disallow_correct=model.disallow_correct, dropout=model.dropout, dtype=dtype,
+        name="electra")
