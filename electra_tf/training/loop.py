@@ -519,12 +519,30 @@ def _restore(trainer, checkpoint, directory) -> str | None:
             continue
         logging.info("Resumed from %s at step %d%s", path, int(trainer.step.numpy()),
                      "" if "optimizer" in saved else " (no optimizer state: a new one)")
+        if "optimizer" not in saved:
+            _warn_if_fresh_generator(os.path.dirname(directory), trainer.model)
         return path
     if paths:
         raise errors.RunError(f"none of the checkpoints in {directory} can be read "
                               f"({', '.join(os.path.basename(p) for p in paths)})")
     logging.info("No checkpoint in %s: starting from step 0", directory)
     return None
+
+
+def _warn_if_fresh_generator(workdir, model):
+    """A workdir converted from a discriminator alone (its converted.json, written by
+    tools/convert_checkpoint.py) has a generator of fresh weights: say so."""
+    path = os.path.join(workdir, "converted.json")
+    if not tf.io.gfile.exists(path):
+        return
+    with tf.io.gfile.GFile(path) as f:
+        converted = json.load(f)
+    if converted.get("generator") == "fresh":
+        logging.warning(
+            "%s was converted from a discriminator alone (%s): the generator starts from "
+            "fresh weights (hidden %d, %d layers) and trains from here with the converted "
+            "discriminator", workdir, converted.get("source"),
+            model.generator_size.hidden_size, model.generator_size.num_layers)
 
 
 def _raise_if_nonfinite(trainer, manager):

@@ -24,22 +24,38 @@ from tests import helpers
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = sizes.SIZES["tiny"]                   # E = H = 64, 2 layers, 2 heads, FFN 256
 GENERATOR = sizes.generator_size(TINY, 0.5)  # 32 units, 1 head, FFN 128: projects 64 → 32
+TINY_SHAPE = sizes.ModelShape(TINY, GENERATOR)
+# Shapes no preset has: hidden 96, 3 layers, 3 heads (not hidden / 64), FFN 384, E 48,
+# 128 positions; the generator half as wide. Then each weight sharing.
+CUSTOM = sizes.EncoderSize(96, 3, 3, 384, 48)
+SHAPES = {
+    "custom": sizes.ModelShape(CUSTOM, sizes.EncoderSize(48, 3, 1, 192, 48), 128),
+    "none": sizes.ModelShape(TINY, sizes.EncoderSize(32, 1, 1, 128, 32), 128, "none"),
+    "all": sizes.ModelShape(CUSTOM, CUSTOM, 64, "all"),
+}
 # Not weights: the original's checkpoints also hold optimizer slots and the step.
 NOT_WEIGHTS = ("global_step", "electra/embeddings/word_embeddings/adam_m",
                "generator/encoder/layer_0/output/dense/kernel/adam_v")
 
 
-def original_layout(vocab_size):
-    """{name: shape} of the original's pre-training checkpoint for tiny, written out from
+def original_layout(vocab_size, shape=TINY_SHAPE, generator=True):
+    """{name: shape} of the original's pre-training checkpoint, written out from
     google-research/electra (model/modeling.py BertModel, run_pretraining.py heads): the
     discriminator under `electra/`, the generator under `generator/` using the same
-    `electra/embeddings` (tied), kernels [in, out]."""
-    e = TINY.embedding_size
-    layout = {"electra/embeddings/word_embeddings": (vocab_size, e),
-              "electra/embeddings/position_embeddings": (512, e),
-              "electra/embeddings/token_type_embeddings": (2, e),
-              "electra/embeddings/LayerNorm/gamma": (e,),
-              "electra/embeddings/LayerNorm/beta": (e,)}
+    `electra/embeddings` (tied; `untied_generator_embeddings`: its own
+    `generator/embeddings` at its width; `untied_generator=False`: no `generator/` at
+    all), kernels [in, out]."""
+    e = shape.discriminator.embedding_size
+    layout = {}
+
+    def embeddings(scope, width):
+        layout.update({f"{scope}/embeddings/word_embeddings": (vocab_size, width),
+                       f"{scope}/embeddings/position_embeddings": (shape.max_positions, width),
+                       f"{scope}/embeddings/token_type_embeddings": (2, width),
+                       f"{scope}/embeddings/LayerNorm/gamma": (width,),
+                       f"{scope}/embeddings/LayerNorm/beta": (width,)})
+
+    embeddings("electra", e)
 
     def dense(name, n_in, n_out):
         layout[f"{name}/kernel"], layout[f"{name}/bias"] = (n_in, n_out), (n_out,)
@@ -47,10 +63,15 @@ def original_layout(vocab_size):
     def layer_norm(name, n):
         layout[f"{name}/gamma"], layout[f"{name}/beta"] = (n,), (n,)
 
-    for scope, size in (("electra", TINY), ("generator", GENERATOR)):
+    encoders = [("electra", shape.discriminator, e)]
+    if generator and shape.tie == "none":
+        embeddings("generator", shape.generator.embedding_size)
+    if generator and shape.tie != "all":
+        encoders.append(("generator", shape.generator, shape.generator.embedding_size))
+    for scope, size, width in encoders:
         h, f = size.hidden_size, size.intermediate_size
-        if h != e:
-            dense(f"{scope}/embeddings_project", e, h)
+        if h != width:
+            dense(f"{scope}/embeddings_project", width, h)
         for i in range(size.num_layers):
             p = f"{scope}/encoder/layer_{i}"
             for name in ("query", "key", "value"):
@@ -60,11 +81,14 @@ def original_layout(vocab_size):
             dense(f"{p}/intermediate/dense", h, f)
             dense(f"{p}/output/dense", f, h)
             layer_norm(f"{p}/output/LayerNorm", h)
-    dense("discriminator_predictions/dense", TINY.hidden_size, TINY.hidden_size)
-    dense("discriminator_predictions/dense_1", TINY.hidden_size, 1)
-    dense("generator_predictions/dense", GENERATOR.hidden_size, e)
-    layer_norm("generator_predictions/LayerNorm", e)
-    layout["generator_predictions/output_bias"] = (vocab_size,)
+    h = shape.discriminator.hidden_size
+    dense("discriminator_predictions/dense", h, h)
+    dense("discriminator_predictions/dense_1", h, 1)
+    if generator:
+        e_gen = shape.generator.embedding_size
+        dense("generator_predictions/dense", shape.generator.hidden_size, e_gen)
+        layer_norm("generator_predictions/LayerNorm", e_gen)
+        layout["generator_predictions/output_bias"] = (vocab_size,)
     return layout
 
 
@@ -106,20 +130,24 @@ def where_in_ours(model, name):
     return getattr(layer, leaf)
 
 
-@pytest.fixture(scope="module")
-def original(tmp_path_factory):
+def write_original(directory, shape=TINY_SHAPE, generator=True, junk=NOT_WEIGHTS):
     """An original-style checkpoint of random weights (N(0, 0.1); LayerNorm scales near
     1) written by TF1's Saver, with vocab.txt beside it."""
-    directory = tmp_path_factory.mktemp("tf1")
+    os.makedirs(directory, exist_ok=True)
     vocab = helpers.write_vocab(str(directory))
     rng = np.random.default_rng(0)
-    tensors = {name: (rng.normal(0, 0.1, shape) + name.endswith("gamma")).astype("float32")
-               for name, shape in original_layout(vocab.size).items()}
-    junk = {name: np.ones((2,), "float32") for name in NOT_WEIGHTS}
+    tensors = {name: (rng.normal(0, 0.1, size) + name.endswith("gamma")).astype("float32")
+               for name, size in original_layout(vocab.size, shape, generator).items()}
+    junk = {name: np.ones((2,), "float32") for name in junk}
     variables = {name: tf.Variable(value) for name, value in {**tensors, **junk}.items()}
     prefix = tf.compat.v1.train.Saver(var_list=variables).save(
-        None, str(directory / "model.ckpt"))
+        None, os.path.join(str(directory), "model.ckpt"))
     return {"prefix": prefix, "dir": str(directory), "tensors": tensors, "vocab": vocab}
+
+
+@pytest.fixture(scope="module")
+def original(tmp_path_factory):
+    return write_original(tmp_path_factory.mktemp("tf1"))
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +170,7 @@ def assert_same_tensors(a: dict, b: dict):
 
 
 def test_tf1_every_tensor_lands_in_its_place(original, weights, model):
-    assert weights.spec == convert.ModelSpec(original["vocab"].size, TINY, GENERATOR)
+    assert weights.spec == convert.ModelSpec(original["vocab"].size, TINY_SHAPE)
     assert weights.vocab_file == os.path.join(original["dir"], "vocab.txt")
     assert sorted(weights.ignored) == sorted(NOT_WEIGHTS)
     assert_same_tensors(weights.tensors, original["tensors"])
@@ -173,10 +201,9 @@ def _dense(x, t, name):
     return x @ t[f"{name}/kernel"] + t[f"{name}/bias"]
 
 
-def reference_encoder(t, scope, size, ids, segments, mask):
+def reference_encoder(t, scope, size, ids, segments, mask, e="electra/embeddings"):
     """The original's BertModel in float64 NumPy: sequence output [B, S, H]."""
     t = {k: v.astype("float64") for k, v in t.items()}
-    e = "electra/embeddings"
     x = (t[f"{e}/word_embeddings"][ids] + t[f"{e}/token_type_embeddings"][segments]
          + t[f"{e}/position_embeddings"][:ids.shape[1]])
     x = _layer_norm(x, t, f"{e}/LayerNorm")
@@ -285,8 +312,6 @@ def test_hf_round_trip_is_exact_with_hf_names(original, weights, tmp_path):
     assert alone.spec.generator is None
     assert_same_tensors(alone.tensors, {k: v for k, v in weights.tensors.items()
                                         if k.startswith(("electra/", "discriminator_"))})
-    with pytest.raises(convert.ConversionError, match="needs the generator"):
-        convert.config_overrides(alone.spec)
 
 
 def _load_config(size):
@@ -309,6 +334,8 @@ def test_electra_tf_workdir_round_trip_is_exact(original, weights, tmp_path):
     config = json.load(open(os.path.join(out, "config.json")))
     assert config["model"]["size"] == "tiny"
     assert config["model"]["generator_hidden_fraction"] == 0.5
+    assert (config["model"]["generator_hidden_size"], config["model"]["tie"]) == (
+        32, "embeddings")  # the resolved shape, explicit
     again = convert.read_electra_tf(out)
     assert again.spec == weights.spec
     assert_same_tensors(again.tensors, weights.tensors)
@@ -445,10 +472,125 @@ def test_tool_converts_and_refuses_in_one_line(original, tmp_path):
     assert os.path.exists(tmp_path / "hf" / "generator" / "vocab.txt")  # the run's vocab
     assert_same_tensors(convert.read_hf(str(tmp_path / "hf")).tensors, original["tensors"])
 
-    result = _tool("--from=hf", "--to=keras_hub", f"--input={tmp_path}/hf",
-                   f"--output={tmp_path}/preset", "--size=small")
+    result = _tool("--from=tf1", "--to=keras_hub", f"--input={original['dir']}",
+                   f"--output={tmp_path}/preset", "--num_heads=3")
     assert result.returncode == 2, result.stderr
     assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
-        f"error: {tmp_path}/hf/discriminator/config.json: the discriminator (hidden 64, 2 "
-        "layers, 2 heads, FFN 256, embeddings 64) is not --size=small"]
+        f"error: {original['prefix']}: discriminator.hidden_size (64) is not a multiple of "
+        "discriminator.num_heads (3)"]
     assert "Traceback" not in result.stderr
+    assert not os.path.exists(tmp_path / "preset")
+
+
+# ------------------------------------------------------------------ any shape
+@pytest.fixture(scope="module", params=sorted(SHAPES) + ["alone"])
+def shaped(request, tmp_path_factory):
+    """(name, original, weights) for each of SHAPES, and "alone": the custom
+    discriminator without a generator (what HF hub discriminators are)."""
+    name = request.param
+    shape = SHAPES["custom"] if name == "alone" else SHAPES[name]
+    original = write_original(tmp_path_factory.mktemp(name), shape, generator=name != "alone",
+                              junk=())
+    # The custom shape's 3 heads are in no tensor: said, as the tool's --num_heads does.
+    heads = 3 if shape.discriminator == CUSTOM else None
+    return name, original, convert.read_tf1(original["dir"], num_heads=heads)
+
+
+def test_any_shape_reads_and_round_trips_exactly(shaped, tmp_path):
+    name, original, weights = shaped
+    vocab = original["vocab"]
+    if name == "alone":
+        expected = convert.ModelSpec(vocab.size, sizes.ModelShape(
+            CUSTOM, convert.fresh_generator(CUSTOM), 128), has_generator=False)
+    else:
+        expected = convert.ModelSpec(vocab.size, SHAPES[name])
+    assert weights.spec == expected
+    assert_same_tensors(weights.tensors, original["tensors"])
+
+    prefix = convert.save_tf1(weights, str(tmp_path / "tf1"), vocab.path)
+    again = convert.read_tf1(prefix, num_heads=expected.discriminator.num_heads)
+    assert again.spec == expected
+    assert_same_tensors(again.tensors, original["tensors"])
+
+    convert.save_hf(weights, str(tmp_path / "hf"), vocab.path)
+    disc = json.load(open(tmp_path / "hf" / "discriminator" / "config.json"))
+    assert (disc["max_position_embeddings"], disc["num_attention_heads"]) == (
+        expected.shape.max_positions, expected.discriminator.num_heads)
+    assert os.path.exists(tmp_path / "hf" / "generator") == expected.has_generator
+    again = convert.read_hf(str(tmp_path / "hf"))  # the sharing read off the tensors
+    assert again.spec == expected and again.ignored == ()
+    assert_same_tensors(again.tensors, original["tensors"])
+
+    convert.save_electra_tf(weights, str(tmp_path / "run"), _load_config("small").to_dict(),
+                            vocab.path)
+    config = json.load(open(tmp_path / "run" / "config.json"))
+    assert config["data"]["max_seq_length"] <= expected.shape.max_positions
+    again = convert.read_electra_tf(str(tmp_path / "run"))
+    assert again.spec == expected
+    assert_same_tensors(again.tensors, original["tensors"])
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_any_shape_computes_the_original(name, tmp_path):
+    shape = SHAPES[name]
+    original = write_original(tmp_path, shape, junk=())
+    weights = convert.read_tf1(original["dir"],
+                               num_heads=shape.discriminator.num_heads)
+    model = convert.build_pretrainer(weights.spec)
+    convert.load_into(convert.pretrainer_slots(model), weights)
+    t = original["tensors"]
+    rng = np.random.default_rng(1)
+    ids = rng.integers(5, original["vocab"].size, (2, 12))
+    segments = (np.arange(12) >= 6).astype("int64")[None].repeat(2, 0)
+    mask = np.ones_like(ids)
+    mask[1, 9:] = 0
+    inputs = {"token_ids": ids.astype("int32"), "segment_ids": segments.astype("int32"),
+              "padding_mask": mask.astype("int32")}
+    sequence = reference_encoder(t, "electra", shape.discriminator, ids, segments, mask)
+    expected = _dense(_gelu(_dense(sequence, t, "discriminator_predictions/dense")), t,
+                      "discriminator_predictions/dense_1")[..., 0]
+    ours = model.discriminator_head(model.discriminator(inputs, training=False)).numpy()
+    np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=1e-4)
+
+    scope = "electra" if shape.tie == "all" else "generator"
+    embeddings = "generator/embeddings" if shape.tie == "none" else "electra/embeddings"
+    positions = np.array([[1, 4, 7], [0, 2, 8]])
+    hidden = reference_encoder(t, scope, shape.generator, ids, segments, mask, embeddings)
+    hidden = np.take_along_axis(hidden, positions[..., None], axis=1)
+    hidden = _layer_norm(_gelu(_dense(hidden, t, "generator_predictions/dense")), t,
+                         "generator_predictions/LayerNorm")
+    expected = (hidden @ t[f"{embeddings}/word_embeddings"].T
+                + t["generator_predictions/output_bias"])
+    ours = model.generator_head(model.generator(inputs, training=False),
+                                mask_positions=positions.astype("int32")).numpy()
+    np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow  # a minute: export, then a training step (compiles)
+def test_a_discriminator_alone_exports_and_pretrains_with_a_fresh_generator(tmp_path,
+                                                                           caplog):
+    from electra_tf.serving import export  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
+    original = write_original(tmp_path / "tf1", SHAPES["custom"], generator=False, junk=())
+    weights = convert.read_tf1(original["dir"], num_heads=3)
+    out = str(tmp_path / "run")
+    convert.save_electra_tf(weights, out, _load_config("small").to_dict(),
+                            original["vocab"].path)
+    exported = export.export_run(out, str(tmp_path / "models" / "1"), max_seq_length=8)
+    loaded = tf.saved_model.load(exported)
+    assert loaded.signatures["serving_default"](text=tf.constant(["a b"]))[
+        "replaced_probability"].shape == (1, 8)
+
+    config = _load_config("small")
+    config.model.update({k: v for k, v in json.load(open(os.path.join(out, "config.json")))
+                         ["model"].items()})
+    config.data.train_files = helpers.make_data(str(tmp_path), original["vocab"])
+    config.data.vocab_file = os.path.join(out, "vocab.txt")
+    config.data.max_seq_length = 32
+    config.train.update(steps=1, batch_size=4, warmup_steps=1, log_every=1)
+    config.runtime.strategy = "one_device"
+    with caplog.at_level("WARNING"):
+        loop.train_and_evaluate(config, out)
+    assert any("generator starts from fresh weights" in r.getMessage() for r in caplog.records)
+    # Once pre-trained, the workdir holds a real generator: it converts with it.
+    assert convert.read_electra_tf(out).spec.has_generator
