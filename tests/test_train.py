@@ -88,6 +88,8 @@ BAD_CONFIGS = {  # override: what the error line names
     "--config.train.optimizer=sgd": "config.train.optimizer",
     "--config.train.mixed_precision=fp8": "config.train.mixed_precision",
     "--config.runtime.strategy=ring": "config.runtime.strategy",
+    "--config.model.hidden_size=96 --config.model.num_heads=5":
+        "config.model.hidden_size=96 is not a multiple of config.model.num_heads=5",
     # 15 examples cannot be split over 2 replicas.
     "--config.runtime.strategy=mirrored --config.runtime.cpu_devices=2 "
     "--config.train.batch_size=15": "config.train.batch_size=15",
@@ -130,7 +132,8 @@ def test_resuming_with_another_model_or_batch_is_refused(data, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     before = sorted(str(p) for p in workdir.rglob("*"))
     for override, message in (("--config.model.generator_hidden_fraction=0.25",
-                               "config.model.generator_hidden_fraction=0.25"),
+                               "config.model gives generator.hidden_size=16, "
+                               "generator.num_heads=1, generator.intermediate_size=64, but"),
                               ("--config.train.batch_size=8", "config.train.batch_size=8")):
         result = _train(data, str(workdir), "--config.data.eval_files=", override, steps=4)
         assert result.returncode == 2, result.stderr[-2000:]

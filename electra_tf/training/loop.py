@@ -270,6 +270,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     """Pre-trains (resuming from `workdir` if it holds a checkpoint); returns the last
     evaluation's metrics (or the last training metrics without eval files)."""
     # ------------------------------------------------------------ runtime
+    config = model_config.resolve(config)  # the shape explicit, as config.json keeps it
     strategy = strategy or distribute.get_strategy(config.runtime)
     chief = distribute.is_chief(strategy)
     distribute.local_batch_size(strategy, config.train.batch_size)  # before any dataset
@@ -286,7 +287,6 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                  if eval_files else None)
 
     # ------------------------------------------------------------ model, optimizer
-    config = model_config.resolve(config)  # the shape explicit, as config.json keeps it
     _check_same_run(config, workdir, vocab)
     trainer = Trainer(config, strategy, vocab.size, masking.max_predictions)
 

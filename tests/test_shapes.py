@@ -1,0 +1,144 @@
+"""Any model shape, end to end from the command line: a shape no preset has, and each
+weight sharing (tie none / all), trains, resumes exactly, exports, serves in TF Serving's
+loader; the custom shape also fine-tunes. Bad shapes are one-line errors naming keys."""
+
+import json
+import os
+import subprocess
+import sys
+
+import ml_collections
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from configs import electra as electra_configs  # pylint: disable=g-bad-import-order
+from electra_tf import errors
+from electra_tf import model_config
+from electra_tf.model import sizes
+from tests import helpers
+from tests.finetuning import test_finetune
+
+ROOT = os.path.dirname(os.path.abspath(__file__ + "/.."))
+# The issue's example: hidden 96, 3 layers, 3 heads, FFN 384, embeddings 48, 128 positions.
+CUSTOM = ("--config.model.hidden_size=96", "--config.model.num_layers=3",
+          "--config.model.num_heads=3", "--config.model.intermediate_size=384",
+          "--config.model.embedding_size=48", "--config.model.max_position_embeddings=128")
+SHAPES = {
+    "custom": CUSTOM,
+    "tie_none": ("--config.model.tie=none",),
+    "tie_all": ("--config.model.tie=all",),
+}
+RUN = ("--config.data.eval_files=", "--config.train.checkpoint_every=10",
+       "--config.train.steps_per_loop=5", "--config.train.log_every=10")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return helpers.write_training_data(tmp_path_factory.mktemp("shapes"))
+
+
+def _run(command, **kwargs):
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                            **kwargs)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def _train(data, workdir, shape, steps):
+    return _run(helpers.train_command(data, workdir, *RUN, *SHAPES[shape], steps=steps))
+
+
+def _weights(workdir):
+    path = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(path)
+            if name.startswith("model/")}
+
+
+@pytest.mark.slow  # three shapes × three training processes, an export each, fine-tuning
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_shape_trains_resumes_exactly_exports_and_serves(shape, data, tmp_path):
+    whole = str(tmp_path / "whole")
+    _train(data, whole, shape, steps=20)
+    halves = str(tmp_path / "halves")
+    _train(data, halves, shape, steps=10)
+    result = _train(data, halves, shape, steps=20)  # the same command, later: resumes
+    assert "Resumed from" in result.stderr
+    a, b = _weights(whole), _weights(halves)
+    assert sorted(a) == sorted(b)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+    saved = json.load(open(os.path.join(whole, "config.json")))["model"]
+    if shape == "custom":  # the resolved shape, explicit in config.json
+        assert (saved["hidden_size"], saved["num_heads"], saved["embedding_size"],
+                saved["max_position_embeddings"], saved["generator_hidden_size"]) == (
+                    96, 3, 48, 128, 48)
+    elif shape == "tie_all":  # one encoder: no generator/ weights of its own
+        assert saved["tie"] == "all" and saved["generator_hidden_size"] == 64
+        assert not [n for n in a if n.startswith("model/generator/")]
+    else:
+        assert (saved["tie"], saved["generator_embedding_size"]) == ("none", 32)
+
+    export_dir = str(tmp_path / "models" / "1")
+    _run([sys.executable, "tools/export_savedmodel.py", f"--workdir={whole}",
+          f"--output={export_dir}"])
+    served = helpers.session_run(export_dir, {"text": (
+        "serving_default", {"text": np.array(["the cat sat on the mat ."], dtype=object)})},
+        str(tmp_path / "served"))["text"]
+    assert served["replaced_probability"].shape == (1, 32)
+    assert 0 < served["replaced_probability"][0, 1] < 1
+
+    if shape == "custom":  # fine-tuning reads the shape from the run's config.json
+        task_data = test_finetune._toy_data(tmp_path, "sst2", 48, 16)  # pylint: disable=protected-access
+        result = _run([sys.executable, "-m", "electra_tf.finetune",
+                       "--config=configs/finetune.py:sst2", f"--workdir={tmp_path}/sst2",
+                       f"--config.init_checkpoint={whole}", f"--config.data.dir={task_data}",
+                       "--config.data.max_seq_length=32", "--config.train.batch_size=16",
+                       "--config.train.epochs=1", "--config.runtime.strategy=one_device"])
+        assert "best validation: accuracy=" in result.stdout
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"hidden_size": 96, "num_heads": 5},
+     "config.model.hidden_size=96 is not a multiple of config.model.num_heads=5"),
+    ({"max_position_embeddings": 16},
+     "config.data.max_seq_length=32 is longer than the position table: "
+     "config.model.max_position_embeddings=16"),
+    ({"tie": "all", "generator_hidden_size": 32},
+     "config.model.generator_hidden_size=32: config.model.tie='all' makes the generator "
+     "the discriminator's encoder, of hidden_size=64"),
+    ({"tie": "both"}, "config.model.tie='both': choose one of none, embeddings, all"),
+    ({"generator_hidden_size": 200},  # 3 heads, one per 64 units
+     "config.model.generator_hidden_size=200 is not a multiple of the generator's"),
+    ({"generator_embedding_size": 16},
+     "config.model.generator_embedding_size=16: config.model.tie='embeddings' shares"),
+    ({"num_layers": -1}, "config.model.num_layers=-1: must be positive"),
+    ({"tie": "all", "tie_embeddings": False}, "config.model.tie_embeddings=False "
+     "contradicts config.model.tie='all'"),
+])
+def test_bad_shapes_are_errors_naming_the_keys(overrides, message):
+    config = electra_configs.get_config("tiny")
+    config.data.max_seq_length = 32
+    config.model.update(overrides)
+    with pytest.raises(errors.UserError) as raised:
+        model_config.shape(config)
+    assert str(raised.value).startswith(message), raised.value
+
+
+def test_the_resolved_shape_is_explicit_and_resolves_to_itself():
+    config = electra_configs.get_config("small")
+    config.model.update(hidden_size=512, num_heads=8, tie="none")
+    resolved = model_config.resolve(config)
+    shape = model_config.shape(resolved)
+    assert shape == model_config.shape(config)
+    assert shape.generator == sizes.EncoderSize(128, 12, 2, 512, 128)  # E = its hidden
+    assert (resolved.model.generator_hidden_size, resolved.model.tie_embeddings) == (128,
+                                                                                     False)
+    # A run written before `tie` existed: tie_embeddings=False kept the shared width.
+    legacy = electra_configs.get_config("tiny").to_dict()
+    del legacy["model"]["tie"]
+    legacy["model"]["tie_embeddings"] = False
+    shape = model_config.shape(ml_collections.ConfigDict(legacy))
+    assert (shape.tie, shape.generator.embedding_size) == ("none", 64)
