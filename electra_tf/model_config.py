@@ -56,19 +56,23 @@ def _dims(model, keys: dict) -> dict:
     return out
 
 
-def _tie(model) -> str:
+def _tie(model) -> tuple[str, bool]:
+    """(tie, legacy): `legacy` when `tie_embeddings=False` chose tie=none (a run written
+    before `tie` existed, or its command): its generator embeddings keep the shared width,
+    as they had then."""
     tie = model.get("tie")
-    if tie is None:  # a run written before `tie` existed
-        return "embeddings" if model.get("tie_embeddings", True) else "none"
+    untied = not model.get("tie_embeddings", True)
+    if tie is None:  # a config.json written before `tie` existed
+        return ("none", True) if untied else ("embeddings", False)
     if tie not in sizes.TIES:
         raise errors.UserError(f"config.model.tie={tie!r}: choose one of "
                                f"{', '.join(sizes.TIES)}")
-    if not model.get("tie_embeddings", True):
+    if untied:
         if tie == "all":
             raise errors.UserError("config.model.tie_embeddings=False contradicts "
                                    "config.model.tie='all'; set only config.model.tie")
-        return "none"
-    return tie
+        return "none", tie == "embeddings"
+    return tie, False
 
 
 def _check_heads(size: sizes.EncoderSize, prefix: str):
@@ -91,9 +95,9 @@ def _generator(model, discriminator: sizes.EncoderSize, tie: str,
         return discriminator
     hidden_fraction = model.get("generator_hidden_fraction", 1.0)
     layer_fraction = model.get("generator_layer_fraction", 1.0)
-    for key, fraction in (("generator_hidden_fraction", hidden_fraction),
-                          ("generator_layer_fraction", layer_fraction)):
-        if not 0 < fraction <= 1:
+    for key, fraction, field in (("generator_hidden_fraction", hidden_fraction, "hidden_size"),
+                                 ("generator_layer_fraction", layer_fraction, "num_layers")):
+        if field not in given and not 0 < fraction <= 1:  # only where it is used
             raise errors.UserError(f"config.model.{key}={fraction}: must be in (0, 1]")
     hidden = given.get("hidden_size",
                        max(1, round(discriminator.hidden_size * hidden_fraction)))
@@ -136,8 +140,8 @@ def shape(config) -> sizes.ModelShape:
     discriminator = dataclasses.replace(sizes.get_size(model.size),
                                         **_dims(model, _DISCRIMINATOR_KEYS))
     _check_heads(discriminator, "")
-    tie = _tie(model)
-    generator = _generator(model, discriminator, tie, legacy=model.get("tie") is None)
+    tie, legacy = _tie(model)
+    generator = _generator(model, discriminator, tie, legacy)
     _check_heads(generator, "generator_")
     positions = int(model.get("max_position_embeddings", 512))
     if positions <= 0:
@@ -164,16 +168,22 @@ def fields(model_shape: sizes.ModelShape) -> dict:
         out[key] = getattr(d, field)
     for field, key in _GENERATOR_KEYS.items():
         out[key] = getattr(g, field)
-    out["generator_hidden_fraction"] = g.hidden_size / d.hidden_size
-    out["generator_layer_fraction"] = g.num_layers / d.num_layers
     return out
+
+
+def config_key(path: str) -> str:
+    """The `config.model` key of a `ModelShape.to_dict()` path ("generator.hidden_size")."""
+    part, _, field = path.partition(".")
+    key = {"discriminator": field, "generator": f"generator_{field}",
+           "max_positions": "max_position_embeddings"}.get(part, part)
+    return f"config.model.{key}"
 
 
 def resolve(config) -> ml_collections.ConfigDict:
     """A copy of `config` whose `model` holds the resolved shape explicitly (what a run
-    writes to its config.json)."""
+    writes to its config.json); `size` stays the preset the config named."""
     resolved = ml_collections.ConfigDict(config.to_dict())
-    resolved.model.update(fields(shape(config)))
+    resolved.model.update(dict(fields(shape(config)), size=config.model.size))
     return resolved
 
 

@@ -39,7 +39,7 @@ def test_small_costs_about_9_gflop_per_training_sequence():
     per_seq = flops.training_flops_per_sequence(small, generator, seq_len=128,
                                                 num_predictions=19, vocab_size=30522)
     assert abs(per_seq - 9e9) / 9e9 < 0.15
-    # The config path agrees (P = int((0.15 + 0.005) * 128) = 19).
+    # The config's resolved shape gives the same count (P = int((0.15 + 0.005) * 128) = 19).
     shape = model_config.shape(electra_configs.get_config("small"))
     assert flops.for_shape(shape, 128, 19, 30522) == per_seq
 

@@ -1,21 +1,16 @@
 """Any model shape, end to end from the command line: a shape no preset has, and each
 weight sharing (tie none / all), trains, resumes exactly, exports, serves in TF Serving's
-loader; the custom shape also fine-tunes. Bad shapes are one-line errors naming keys."""
+loader; the custom shape also fine-tunes (tests/test_model_config.py: the resolution)."""
 
 import json
 import os
 import subprocess
 import sys
 
-import ml_collections
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from configs import electra as electra_configs  # pylint: disable=g-bad-import-order
-from electra_tf import errors
-from electra_tf import model_config
-from electra_tf.model import sizes
 from tests import helpers
 from tests.finetuning import test_finetune
 
@@ -98,47 +93,3 @@ def test_shape_trains_resumes_exactly_exports_and_serves(shape, data, tmp_path):
                        "--config.data.max_seq_length=32", "--config.train.batch_size=16",
                        "--config.train.epochs=1", "--config.runtime.strategy=one_device"])
         assert "best validation: accuracy=" in result.stdout
-
-
-@pytest.mark.parametrize("overrides, message", [
-    ({"hidden_size": 96, "num_heads": 5},
-     "config.model.hidden_size=96 is not a multiple of config.model.num_heads=5"),
-    ({"max_position_embeddings": 16},
-     "config.data.max_seq_length=32 is longer than the position table: "
-     "config.model.max_position_embeddings=16"),
-    ({"tie": "all", "generator_hidden_size": 32},
-     "config.model.generator_hidden_size=32: config.model.tie='all' makes the generator "
-     "the discriminator's encoder, of hidden_size=64"),
-    ({"tie": "both"}, "config.model.tie='both': choose one of none, embeddings, all"),
-    ({"generator_hidden_size": 200},  # 3 heads, one per 64 units
-     "config.model.generator_hidden_size=200 is not a multiple of the generator's"),
-    ({"generator_embedding_size": 16},
-     "config.model.generator_embedding_size=16: config.model.tie='embeddings' shares"),
-    ({"num_layers": -1}, "config.model.num_layers=-1: must be positive"),
-    ({"tie": "all", "tie_embeddings": False}, "config.model.tie_embeddings=False "
-     "contradicts config.model.tie='all'"),
-])
-def test_bad_shapes_are_errors_naming_the_keys(overrides, message):
-    config = electra_configs.get_config("tiny")
-    config.data.max_seq_length = 32
-    config.model.update(overrides)
-    with pytest.raises(errors.UserError) as raised:
-        model_config.shape(config)
-    assert str(raised.value).startswith(message), raised.value
-
-
-def test_the_resolved_shape_is_explicit_and_resolves_to_itself():
-    config = electra_configs.get_config("small")
-    config.model.update(hidden_size=512, num_heads=8, tie="none")
-    resolved = model_config.resolve(config)
-    shape = model_config.shape(resolved)
-    assert shape == model_config.shape(config)
-    assert shape.generator == sizes.EncoderSize(128, 12, 2, 512, 128)  # E = its hidden
-    assert (resolved.model.generator_hidden_size, resolved.model.tie_embeddings) == (128,
-                                                                                     False)
-    # A run written before `tie` existed: tie_embeddings=False kept the shared width.
-    legacy = electra_configs.get_config("tiny").to_dict()
-    del legacy["model"]["tie"]
-    legacy["model"]["tie_embeddings"] = False
-    shape = model_config.shape(ml_collections.ConfigDict(legacy))
-    assert (shape.tie, shape.generator.embedding_size) == ("none", 64)

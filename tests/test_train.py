@@ -132,8 +132,8 @@ def test_resuming_with_another_model_or_batch_is_refused(data, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     before = sorted(str(p) for p in workdir.rglob("*"))
     for override, message in (("--config.model.generator_hidden_fraction=0.25",
-                               "config.model gives generator.hidden_size=16, "
-                               "generator.num_heads=1, generator.intermediate_size=64, but"),
+                               "config.model.generator_hidden_size=16, "
+                               "config.model.generator_intermediate_size=64, but the run"),
                               ("--config.train.batch_size=8", "config.train.batch_size=8")):
         result = _train(data, str(workdir), "--config.data.eval_files=", override, steps=4)
         assert result.returncode == 2, result.stderr[-2000:]

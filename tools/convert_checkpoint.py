@@ -32,6 +32,7 @@ import os
 from absl import flags
 from absl import logging
 
+from electra_tf import errors
 from electra_tf import model_config
 from electra_tf.model import sizes
 from electra_tf.serving import convert
@@ -69,6 +70,9 @@ def _run_config(size: str) -> dict:
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)  # TF's checkpoint savers log at INFO
+    if _FROM.value != "tf1" and (_NUM_HEADS.value or _GENERATOR_NUM_HEADS.value):
+        raise errors.UserError(f"--num_heads and --generator_num_heads are for --from=tf1; "
+                               f"--from={_FROM.value} input says its heads itself")
     weights = convert.read(_FROM.value, _INPUT.value, _NUM_HEADS.value,
                            _GENERATOR_NUM_HEADS.value)
     spec = weights.spec

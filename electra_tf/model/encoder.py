@@ -6,7 +6,8 @@ then post-LayerNorm `keras_hub.layers.TransformerEncoder` blocks with exact (erf
 truncated-normal(0.02) initialisation. No pooler: ELECTRA has none. Every dropout is a
 `dropout.HashDropout` (same semantics as Keras', a cheaper mask: see that module).
 
-The generator and the discriminator are two `Encoder`s over ONE `Embeddings` object.
+The generator and the discriminator are two `Encoder`s over one `Embeddings` object by
+default (see `pretrainer` for the other weight sharings).
 
 >>> import numpy as np
 >>> embeddings = Embeddings(vocabulary_size=10, embedding_size=8)

@@ -73,17 +73,19 @@ class ElectraPretrainer(keras.Model):
                                    size.num_heads, size.intermediate_size, dropout=dropout,
                                    dtype=self.dtype_policy, name=name)
 
+        # Attributes in this order: Keras lists the variables (and the optimizer keeps its
+        # slots) in the order they are set, so checkpoints of every version restore alike.
         self.embeddings = make_embeddings(shape.discriminator, "embeddings")
-        self.discriminator = make_encoder(self.embeddings, shape.discriminator,
-                                          "discriminator")
+        discriminator = make_encoder(self.embeddings, shape.discriminator, "discriminator")
         if shape.tie == "all":
-            self.generator = self.discriminator
+            self.generator = discriminator
         else:
             generator_embeddings = (self.embeddings if shape.tie == "embeddings" else
                                     make_embeddings(shape.generator, "generator_embeddings"))
             self.generator = make_encoder(generator_embeddings, shape.generator, "generator")
         self.generator_head = heads.masked_lm_head(self.generator.embeddings,
                                                    dtype=self.dtype_policy)
+        self.discriminator = discriminator
         self.discriminator_head = heads.ReplacedTokenHead(
             shape.discriminator.hidden_size, dtype=self.dtype_policy,
             name="discriminator_predictions")

@@ -2,9 +2,10 @@
 
 The four presets are the paper's discriminators (Table 6) plus `tiny`; they only fill
 defaults (`electra_tf/model_config.py` builds a `ModelShape` from a config, where every
-dimension can be overridden). The generator is derived from the discriminator
-(`generator_size`) unless given: `hidden × fraction` units, one attention head per 64
-units, FFN 4 × hidden, the discriminator's embedding width (the embeddings are shared).
+dimension can be overridden, by the same rules). A generator derived from a discriminator
+(`generator_size`) has `hidden × fraction` units, one attention head per 64 units
+(`heads_for`), FFN 4 × hidden (the discriminator's heads and FFN at its full width), and
+the discriminator's embedding width (the embeddings are shared).
 
 >>> small = SIZES["small"]
 >>> generator_size(small, hidden_fraction=0.25)

@@ -265,10 +265,14 @@ def _discriminator_from_dims(hidden, layers, intermediate, embedding, num_heads,
 
 def fresh_generator(discriminator: sizes.EncoderSize) -> sizes.EncoderSize:
     """The generator pre-training adds to a discriminator converted alone: the preset's
-    fraction (the paper's), else a quarter of the width."""
-    preset = next((n for n, s in sizes.SIZES.items() if s == discriminator), None)
-    return sizes.generator_size(discriminator,
-                                sizes.GENERATOR_HIDDEN_FRACTION.get(preset, 0.25))
+    fraction (the paper's), else a quarter of the width (one head where the rule's heads
+    do not divide it)."""
+    preset = sizes.ModelShape(discriminator, discriminator).preset
+    hidden = max(1, round(discriminator.hidden_size
+                          * sizes.GENERATOR_HIDDEN_FRACTION.get(preset, 0.25)))
+    heads = sizes.heads_for(hidden)
+    return sizes.EncoderSize(hidden, discriminator.num_layers, heads if hidden % heads == 0
+                             else 1, 4 * hidden, discriminator.embedding_size)
 
 
 def _shape(source, discriminator, generator, positions, tie) -> sizes.ModelShape:
@@ -330,6 +334,11 @@ def read_tf1(path: str, num_heads: int | None = None,
         heads = generator_num_heads or (discriminator.num_heads
                                         if hidden == discriminator.hidden_size
                                         else sizes.heads_for(hidden))
+        if not generator_num_heads:
+            notes.append(f"generator: {heads} attention heads assumed (" + (
+                "the discriminator's, at its width" if hidden == discriminator.hidden_size
+                else f"hidden {hidden} / 64, the original's rule") + "; no tensor holds the "
+                "number): give --generator_num_heads if not")
         generator = sizes.EncoderSize(hidden, layers, heads, intermediate,
                                       untied[1] if untied else embedding)
     elif has_generator:  # generator_predictions/ alone: the original's tied generator
@@ -519,7 +528,7 @@ def _hf_tie(files: dict, discriminator, generator) -> str:
     disc, gen = files["discriminator"][1], files["generator"][1]
 
     def same(prefix):
-        keys = [k for k in gen if k.startswith(prefix)]
+        keys = [k for k in gen if k.startswith(prefix) and k not in _HF_NOT_WEIGHTS]
         return bool(keys) and all(k in disc and disc[k].shape == gen[k].shape
                                   and np.array_equal(disc[k], gen[k]) for k in keys)
 
@@ -549,9 +558,9 @@ def read_hf(path: str, num_heads: int | None = None,
         gen = configs["generator"]
         gen_source = os.path.join(directories["generator"], "config.json")
         for key in ("vocab_size", "max_position_embeddings"):
-            if gen.get(key, 512) != disc.get(key, 512):
-                raise ConversionError(f"{gen_source}: {key} is {gen.get(key, 512)}, the "
-                                      f"discriminator's {disc.get(key, 512)}; ours needs one")
+            if gen.get(key) != disc.get(key):
+                raise ConversionError(f"{gen_source}: {key} is {gen.get(key)}, the "
+                                      f"discriminator's {disc.get(key)}; ours needs one")
         generator = _hf_size(gen)
         tie = _hf_tie(files, discriminator, generator)
     else:
@@ -614,7 +623,8 @@ def read_electra_tf(path: str, num_heads: int | None = None,
     else:
         workdir, checkpoint = os.path.dirname(os.path.dirname(path)), path
     config, vocab, model, checkpoint = export.load_run(workdir, checkpoint)
-    spec = ModelSpec(vocab.size, model.shape, has_generator=not _fresh_generator(workdir))
+    spec = ModelSpec(vocab.size, model.shape,
+                     has_generator=not _fresh_generator(workdir, checkpoint))
     slots = pretrainer_slots(model, generator=spec.has_generator)
     return Weights(spec, {slot.name: slot.get() for slot in slots}, checkpoint, vocab.path,
                    lower_case=export.lower_case_of(config, default=None))
@@ -623,16 +633,14 @@ def read_electra_tf(path: str, num_heads: int | None = None,
 CONVERTED = "converted.json"  # in a workdir written by `save_electra_tf`: what it came from
 
 
-def _fresh_generator(workdir: str) -> bool:
-    """Whether the workdir's generator was never trained: converted from a discriminator
-    alone, and not pre-trained since (its checkpoint is still the converted ckpt-0)."""
+def _fresh_generator(workdir: str, checkpoint: str) -> bool:
+    """Whether `checkpoint`'s generator was never trained: the workdir was converted from
+    a discriminator alone, and this is still the converted ckpt-0."""
     path = os.path.join(workdir, CONVERTED)
-    if not tf.io.gfile.exists(path):
+    if os.path.basename(checkpoint) != "ckpt-0" or not tf.io.gfile.exists(path):
         return False
     with tf.io.gfile.GFile(path) as f:
-        fresh = json.load(f).get("generator") == "fresh"
-    latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")) or ""
-    return fresh and latest.endswith("ckpt-0")
+        return json.load(f).get("generator") == "fresh"
 
 
 def save_electra_tf(weights: Weights, output: str, config: dict, vocab_file: str) -> str:

@@ -456,11 +456,11 @@ def _check_same_run(config, workdir, vocab):
     now = model_config.shape(config)
     if before != now:
         old, new = _flat(before.to_dict()), _flat(now.to_dict())
-        changed = [key for key in new if new[key] != old.get(key)]
+        changed = [key for key in new if new[key] != old[key]]
         raise errors.UserError(
-            "config.model gives " + ", ".join(f"{k}={new[k]}" for k in changed)
+            ", ".join(f"{model_config.config_key(k)}={new[k]!r}" for k in changed)
             + f", but the run in {workdir} was started with "
-            + ", ".join(f"{k}={old.get(k)}" for k in changed)
+            + ", ".join(repr(old[k]) for k in changed)
             + f" ({path}): use another --workdir, or the same model shape to resume")
     # Once it has trained (a converted workdir is at step 0), also what the position in
     # the data stream depends on.

@@ -14,11 +14,13 @@ import sys
 
 import numpy as np
 import pytest
-import torch
-import transformers
 
-from electra_tf.serving import export
-from tests import helpers
+torch = pytest.importorskip("torch", reason="pip install -r requirements-test.txt")
+transformers = pytest.importorskip("transformers",
+                                   reason="pip install -r requirements-test.txt")
+
+from electra_tf.serving import export  # pylint: disable=g-import-not-at-top
+from tests import helpers  # pylint: disable=g-import-not-at-top
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SEQ = 128
@@ -128,3 +130,46 @@ def test_hf_output_loads_in_transformers_with_our_tokenization(hf, converted, tm
     for i, text in enumerate(TEXTS[:2]):  # the upper-case one too: both lower-case
         ours = served["token_ids"][i][served["input_mask"][i] > 0].tolist()
         assert tokenizer(text)["input_ids"] == ours, text
+
+
+@pytest.mark.parametrize("tie", ["embeddings", "none"])
+def test_a_transformers_generator_pair_converts_with_its_sharing(tie, hf, tmp_path):
+    """discriminator/ + generator/ as `transformers` builds them: the generator holding a
+    copy of the discriminator's embeddings (tied) or its own, narrower ones (untied)."""
+    from electra_tf.serving import convert  # pylint: disable=g-import-not-at-top
+    root = tmp_path / "pair"
+    hf["model"].save_pretrained(str(root / "discriminator"))
+    torch.manual_seed(1)
+    config = transformers.ElectraConfig(
+        vocab_size=hf["vocab"].size, embedding_size=48 if tie == "embeddings" else 24,
+        hidden_size=48, num_hidden_layers=3, num_attention_heads=1, intermediate_size=192,
+        max_position_embeddings=SEQ, initializer_range=0.2)
+    generator = transformers.ElectraForMaskedLM(config).eval()
+    if tie == "embeddings":  # what a tied pair's files hold: the same embedding tensors
+        generator.electra.embeddings.load_state_dict(
+            hf["model"].electra.embeddings.state_dict())
+        generator.tie_weights()
+    generator.save_pretrained(str(root / "generator"))
+
+    weights = convert.read_hf(str(root))
+    assert weights.spec.tie == tie and weights.spec.has_generator
+    assert weights.spec.generator.embedding_size == config.embedding_size
+    model = convert.build_pretrainer(weights.spec)
+    convert.load_into(convert.pretrainer_slots(model), weights)
+
+    rng = np.random.default_rng(3)
+    ids = rng.integers(5, hf["vocab"].size, (2, 40)).astype("int32")
+    mask = np.ones_like(ids)
+    mask[1, 30:] = 0
+    segments = (np.arange(40) >= 20).astype("int32")[None].repeat(2, 0)
+    positions = np.array([[1, 7, 33], [0, 12, 29]], "int32")
+    with torch.no_grad():
+        expected = generator(input_ids=torch.as_tensor(ids, dtype=torch.long),
+                             attention_mask=torch.as_tensor(mask, dtype=torch.long),
+                             token_type_ids=torch.as_tensor(segments, dtype=torch.long)
+                             ).logits.numpy()
+    expected = np.take_along_axis(expected, positions[..., None], axis=1)
+    ours = model.generator_head(model.generator(
+        {"token_ids": ids, "segment_ids": segments, "padding_mask": mask}, training=False),
+        mask_positions=positions).numpy()
+    np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=1e-4)
