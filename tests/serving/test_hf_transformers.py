@@ -72,6 +72,7 @@ def converted(hf, tmp_path_factory):
             "hf": str(root / "hf")}
 
 
+@pytest.mark.slow  # the tool twice and an export: ~50 s shared
 def test_the_conversion_says_what_it_read(converted):
     out = converted["stdout"]
     assert "discriminator alone" in out
@@ -85,6 +86,7 @@ def test_the_conversion_says_what_it_read(converted):
         SEQ, SEQ)
 
 
+@pytest.mark.slow  # the tool twice and an export: ~50 s shared
 def test_exported_model_gives_hf_probabilities_in_the_serving_loader(hf, converted,
                                                                     tmp_path):
     rng = np.random.default_rng(0)
@@ -114,6 +116,7 @@ def test_exported_model_gives_hf_probabilities_in_the_serving_loader(hf, convert
                                atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow  # the tool twice and an export: ~50 s shared
 def test_hf_output_loads_in_transformers_with_our_tokenization(hf, converted, tmp_path):
     discriminator = os.path.join(converted["hf"], "discriminator")
     model = transformers.ElectraForPreTraining.from_pretrained(discriminator).eval()
