@@ -303,6 +303,8 @@ def test_hf_round_trip_is_exact_with_hf_names(original, weights, tmp_path):
     assert (config["model_type"], config["hidden_act"], config["layer_norm_eps"]) == (
         "electra", "gelu", 1e-12)
     assert os.path.exists(os.path.join(out, "discriminator", "vocab.txt"))
+    tokenizer = json.load(open(os.path.join(out, "generator", "tokenizer_config.json")))
+    assert (tokenizer["do_lower_case"], tokenizer["model_max_length"]) == (True, 512)
 
     again = convert.read_hf(out)
     assert again.spec == weights.spec and again.ignored == ()
@@ -594,3 +596,14 @@ def test_a_discriminator_alone_exports_and_pretrains_with_a_fresh_generator(tmp_
     assert any("generator starts from fresh weights" in r.getMessage() for r in caplog.records)
     # Once pre-trained, the workdir holds a real generator: it converts with it.
     assert convert.read_electra_tf(out).spec.has_generator
+    assert not convert.read_electra_tf(os.path.join(out, "checkpoints", "ckpt-0")
+                                       ).spec.has_generator  # but ckpt-0's is still fresh
+
+    # And it fine-tunes (the discriminator only), as a pre-trained run does.
+    from electra_tf.finetuning import loop as finetuning  # pylint: disable=g-import-not-at-top
+    from tests.finetuning import test_finetune  # pylint: disable=g-import-not-at-top
+    (tmp_path / "glue").mkdir()
+    task = test_finetune._toy_data(tmp_path / "glue", "sst2", 32, 16)  # pylint: disable=protected-access
+    config = test_finetune._config("sst2", out, str(task), epochs=1)  # pylint: disable=protected-access
+    best = finetuning.finetune(config, str(tmp_path / "sst2"))
+    assert 0 <= best["validation"]["accuracy"] <= 1
