@@ -87,6 +87,13 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
     config.train.mixed_precision = "auto"     # auto|float32|bfloat16|float16 (auto: bf16 on
                                               # TPU and Ampere+ GPUs, fp16 older GPUs, fp32 CPU)
     config.train.jit_compile = True           # XLA for the forward/backward pass
+    config.train.xla_scope = "auto"           # auto|whole_step|forward_backward: what XLA
+                                              # compiles (auto: the whole step on one device
+                                              # and TPU; forward/backward under mirrored)
+    config.train.accumulation_steps = 1       # N micro-batches per step (gradient
+                                              # accumulation): less memory, same result
+    config.train.remat = "none"               # none|blocks: recompute the transformer
+                                              # blocks in the backward pass (less memory)
 
     config.runtime = ml_collections.ConfigDict()
     config.runtime.strategy = "auto"          # auto|tpu|mirrored|multi_worker|one_device

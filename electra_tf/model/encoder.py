@@ -23,6 +23,7 @@ import keras
 import keras_hub
 
 from electra_tf.model import dropout as dropout_lib
+from electra_tf.model import remat
 
 
 def initializer(stddev: float = 0.02) -> keras.initializers.Initializer:
@@ -158,8 +159,8 @@ class Encoder(keras.layers.Layer):
         if self.projection is not None:
             x = self.projection(x)                               # [B, S, E] → [B, S, H]
         padding_mask = keras.ops.cast(inputs["padding_mask"], "bool")
-        for block in self.blocks:
-            x = block(x, padding_mask=padding_mask, training=training)
+        for block in self.blocks:  # each recomputed in the backward pass in remat.blocks()
+            x = remat.call_block(block, x, padding_mask, training)
         return x                                                 # [B, S, H]
 
     # === Config ===

@@ -36,6 +36,7 @@ from electra_tf.data import pipeline
 from electra_tf.data import writer
 from electra_tf.model import dropout as dropout_lib
 from electra_tf.model import losses
+from electra_tf.model import remat
 from electra_tf.text import tokenizer
 from electra_tf.training import distribute
 from electra_tf.training import metrics as metrics_lib
@@ -55,6 +56,11 @@ class Trainer:
         self.num_predictions = num_predictions
         self.global_batch = config.train.batch_size
         self.local_batch = distribute.local_batch_size(strategy, self.global_batch)
+        self.accumulation_steps = micro_batches(config.train, self.local_batch)
+        self.remat = config.train.get("remat", "none")
+        if self.remat not in REMAT:
+            raise errors.UserError(f"config.train.remat={self.remat!r}: choose one of "
+                                   f"{', '.join(REMAT)}")
         self.policy = distribute.dtype_policy(config.train.mixed_precision, strategy)
         seq_length = config.data.max_seq_length
         with strategy.scope():
@@ -76,20 +82,34 @@ class Trainer:
         self.skipped_steps = tf.Variable(0, dtype=tf.int64, trainable=False,
                                          name="skipped_steps")
         self.loss_scaling = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
-        # XLA: the forward/backward pass. Mirrored strategies cannot compile the
-        # all-reduce and the optimizer update (cross-device resources); TPUs compile all.
+        self.xla_scope = xla_scope(config.train, strategy)
+        # XLA: the forward/backward pass always (with jit_compile). The whole replica step
+        # (all-reduce, clipping, optimizer update, metrics too) where the strategy allows
+        # it: one device; TPUs compile every step whole anyway. Mirrored strategies cannot
+        # (their all-reduce and updates span devices).
         self._forward_backward = tf.function(self._forward_backward_fn,
                                              jit_compile=config.train.jit_compile)
         self._forward = tf.function(self._forward_fn, jit_compile=config.train.jit_compile)
+        self._step = (tf.function(self._replica_step, jit_compile=True)
+                      if self.xla_scope == "whole_step" and not distribute.is_tpu(strategy)
+                      else self._replica_step)
         self.train_loop = tf.function(self._train_loop_fn)
         self.eval_batch = tf.function(self._eval_batch_fn)
 
     # ------------------------------------------------------------------ helpers
     def _uniform(self, seed, index):
-        """This replica's rows of the `[global_batch, P]` sampling noise for `index`."""
-        noise = tf.random.stateless_uniform(
+        """This replica's rows of the `[global_batch, P]` sampling noise for `index`.
+
+        Made from integer draws: TF's kernel and XLA give the same stateless integers but
+        not the same floats (they map bits to floats differently), and the noise must not
+        depend on which of them runs the step (the whole step compiled or not, one device
+        or several). The top 24 bits, times 2^-24: exact float32s in [0, 1)."""
+        bits = tf.random.stateless_uniform(
             [self.global_batch, self.num_predictions],
-            seed=tf.stack([tf.cast(seed, tf.int64), tf.cast(index, tf.int64)]))
+            seed=tf.stack([tf.cast(seed, tf.int64), tf.cast(index, tf.int64)]),
+            minval=None, maxval=None, dtype=tf.uint32)
+        noise = tf.cast(tf.bitwise.right_shift(bits, tf.constant(8, tf.uint32)),
+                        tf.float32) * 2.0**-24
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         return tf.slice(noise, [replica * self.local_batch, 0],
                         [self.local_batch, self.num_predictions])
@@ -110,37 +130,69 @@ class Trainer:
         small["mlm_predictions"] = tf.argmax(outputs["mlm_logits"], -1, output_type=tf.int32)
         return loss, small, values
 
-    def _forward_backward_fn(self, batch, uniform, counts, dropout_seed, replica):
+    def _forward_backward_fn(self, batch, uniform, counts, dropout_seed, block):
+        """`block`: which `len(batch)`-row block of the global batch this is, for the
+        dropout masks (the replica; with accumulation, replica · N + micro-batch)."""
         variables = self.model.trainable_variables
-        with tf.GradientTape() as tape, dropout_lib.seeded(dropout_seed, replica):
-            loss, outputs, values = self._outputs_and_loss(batch, uniform, counts, True)
-            scaled = self.optimizer.scale_loss(loss)   # loss scaling under float16
-        return tape.gradient(scaled, variables), outputs, values
+        # The gradient inside `seeded` too: recomputed blocks (remat) redraw the same masks.
+        with dropout_lib.seeded(dropout_seed, block), remat.blocks(self.remat == "blocks"):
+            with tf.GradientTape() as tape:
+                loss, outputs, values = self._outputs_and_loss(batch, uniform, counts, True)
+                scaled = self.optimizer.scale_loss(loss)   # loss scaling under float16
+            return tape.gradient(scaled, variables), outputs, values
 
     def _forward_fn(self, batch, uniform, counts):
         return self._outputs_and_loss(batch, uniform, counts, False)[1:]
 
     # ------------------------------------------------------------------ steps
-    def _summed_gradients(self, batch, step):
-        """(gradients summed over replicas, outputs, loss values) of this replica's rows."""
+    def _summed_gradients(self, batch, step, metrics=None):
+        """(gradients summed over replicas, loss values) of this replica's rows; each
+        micro-batch's outputs go to `metrics` (a `PretrainingMetrics`) if given.
+
+        With `accumulation_steps` N > 1 the rows are N micro-batches, run one after the
+        other, their gradients summed. Every micro-batch's loss is normalised by the
+        counts of the whole global batch and draws the sampling noise and the dropout
+        masks of its own rows of it, so the sum is the gradient of one step on the whole
+        batch (up to float rounding), and the metrics are the same."""
         counts = self._global_counts(batch)
         uniform = self._uniform(self.config.train.seed, step)
         dropout_seed = tf.stack([tf.constant(self.config.train.seed, tf.int64),
                                  tf.cast(step, tf.int64)])
         replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group,
                           tf.int32)
-        grads, outputs, values = self._forward_backward(batch, uniform, counts,
-                                                        dropout_seed, replica)
+        n = self.accumulation_steps
+        if n == 1:
+            grads, outputs, values = self._forward_backward(batch, uniform, counts,
+                                                            dropout_seed, replica)
+            # Dense, as the accumulated sum is: the norm (clipping, grad_norm) of an
+            # IndexedSlices gradient would count its repeated rows one by one.
+            grads = [tf.convert_to_tensor(g) for g in grads]
+            if metrics is not None:
+                metrics.update(batch, outputs, values)
+        else:
+            def split(t):  # [n · size, ...] → [n, size, ...]: static micro-batch shapes
+                return tf.reshape(t, [n, self.local_batch // n] + t.shape[1:].as_list())
+            batches, uniforms = {k: split(t) for k, t in batch.items()}, split(uniform)
+            grads = [tf.zeros(v.shape, v.dtype) for v in self.model.trainable_variables]
+            values = {"mlm_loss": tf.constant(0.0), "rtd_loss": tf.constant(0.0)}
+            for micro in tf.range(n):
+                micro_batch = {k: t[micro] for k, t in batches.items()}
+                micro_grads, outputs, micro_values = self._forward_backward(
+                    micro_batch, uniforms[micro], counts, dropout_seed, replica * n + micro)
+                grads = [_add_gradient(g, m) for g, m in zip(grads, micro_grads)]
+                values = {k: values[k] + micro_values[k] for k in values}
+                if metrics is not None:
+                    metrics.update(micro_batch, outputs, micro_values)
         # Sum over replicas here (not in Keras) so that clipping sees the global gradient.
-        return tf.distribute.get_replica_context().all_reduce(SUM, grads), outputs, values
+        return tf.distribute.get_replica_context().all_reduce(SUM, grads), values
 
     def _replica_step(self, batch, step):
-        grads, outputs, values = self._summed_gradients(batch, step)
+        grads, values = self._summed_gradients(batch, step, self.train_metrics)
         grad_norm = tf.linalg.global_norm(grads)
         if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
             grad_norm /= tf.cast(self.optimizer.dynamic_scale, grad_norm.dtype)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        self.train_metrics.update(batch, outputs, values, grad_norm)
+        self.train_metrics.update_grad_norm(grad_norm)
         # Replicas whose mlm_loss, rtd_loss, gradient norm is not finite: the same
         # counts on every replica (and worker), so all of them stop at the same step.
         finite = tf.math.is_finite(tf.stack([values["mlm_loss"], values["rtd_loss"],
@@ -152,8 +204,7 @@ class Trainer:
         for _ in tf.range(num_steps):
             if tf.logical_or(self.stop_requested.read_value(), self.nonfinite[0] >= 0):
                 break
-            bad = self.strategy.run(self._replica_step,
-                                    args=(next(iterator), self.step.value()))
+            bad = self.strategy.run(self._step, args=(next(iterator), self.step.value()))
             self.step.assign_add(1)
             self._record_nonfinite(self.strategy.experimental_local_results(bad)[0] > 0)
 
@@ -205,7 +256,7 @@ class Trainer:
         update: the loss summed over replicas (the global mean) and the all-reduced
         gradients, dense, in `model.trainable_variables` order. For comparing strategies."""
         def replica_fn(batch, step):
-            grads, _, values = self._summed_gradients(batch, step)
+            grads, values = self._summed_gradients(batch, step)
             loss = values["mlm_loss"] + self.config.model.disc_weight * values["rtd_loss"]
             return loss, [tf.convert_to_tensor(g) for g in grads]
 
@@ -215,6 +266,53 @@ class Trainer:
             return (self.strategy.reduce(SUM, loss, axis=None),
                     [self.strategy.experimental_local_results(g)[0] for g in grads])
         return run(dist_batch, tf.constant(step, tf.int64))
+
+
+def _add_gradient(total, gradient):
+    """total + gradient, for a gradient that may be `IndexedSlices` (an embedding's rows).
+    Scattered with the total's static row count: XLA cannot convert IndexedSlices to
+    dense inside a loop (their dense shape is not a compile-time constant there)."""
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.tensor_scatter_nd_add(total, gradient.indices[:, None], gradient.values)
+    return total + gradient
+
+
+XLA_SCOPES = ("auto", "whole_step", "forward_backward")
+REMAT = ("none", "blocks")
+
+
+def xla_scope(train_config, strategy) -> str:
+    """What XLA compiles of a training step: "whole_step" (forward, backward, all-reduce,
+    clipping, optimizer update and metrics: one device, TPUs), "forward_backward" (the
+    rest runs as TensorFlow ops: mirrored strategies, or asked for), or "none"."""
+    scope = train_config.get("xla_scope", "auto")
+    if scope not in XLA_SCOPES:
+        raise errors.UserError(f"config.train.xla_scope={scope!r}: choose one of "
+                               f"{', '.join(XLA_SCOPES)}")
+    if distribute.is_tpu(strategy):
+        return "whole_step"  # TPUStrategy compiles every step whole, whatever is asked
+    if not train_config.jit_compile:
+        return "none"
+    whole = isinstance(strategy, tf.distribute.OneDeviceStrategy)
+    if scope == "whole_step" and not whole:
+        raise errors.UserError(
+            f"config.train.xla_scope='whole_step' needs one device or a TPU; "
+            f"{type(strategy).__name__} compiles the forward/backward pass only (use auto)")
+    return "forward_backward" if scope == "forward_backward" or not whole else "whole_step"
+
+
+def micro_batches(train_config, local_batch: int) -> int:
+    """`config.train.accumulation_steps`, checked against this replica's batch rows."""
+    n = train_config.get("accumulation_steps", 1)
+    if not isinstance(n, int) or n < 1:
+        raise errors.UserError(f"config.train.accumulation_steps={n!r}: give a whole number "
+                               ">= 1 (1: no accumulation)")
+    if local_batch % n:
+        raise errors.UserError(
+            f"config.train.accumulation_steps={n} does not divide the {local_batch} rows each "
+            f"replica gets of config.train.batch_size={train_config.batch_size}: choose a "
+            "divisor")
+    return n
 
 
 def masking_config(config, vocab) -> masking_lib.MaskingConfig:

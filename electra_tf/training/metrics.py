@@ -52,7 +52,11 @@ class PretrainingMetrics:
         self._recall.update_state(is_replaced, probability, tokens)
         self._auc.update_state(is_replaced, probability, tokens)
         if grad_norm is not None:
-            means["grad_norm"].update_state(grad_norm)
+            self.update_grad_norm(grad_norm)
+
+    def update_grad_norm(self, grad_norm):
+        """Adds one step's gradient norm (of the whole global batch)."""
+        self._means["grad_norm"].update_state(grad_norm)
 
     def result(self) -> dict[str, float]:
         out = {name: float(metric.result()) for name, metric in self._means.items()}
