@@ -58,16 +58,21 @@ def test_train_benchmark_prints_one_json_line_last_and_profiles(tmp_path):
     # A shape no preset has: the FLOPs follow it.
     results = last_json_line(run_tool("benchmark.py", *TINY, "--steps=2", "--profile",
                                       f"--workdir={tmp_path}", "--config.model.hidden_size=96",
-                                      "--config.model.num_heads=3"))
+                                      "--config.model.num_heads=3",
+                                      "--config.train.accumulation_steps=2",
+                                      "--config.train.remat=blocks"))
     for key in ("seq_per_sec", "seq_per_sec_per_replica", "steps_per_sec", "tokens_per_sec",
                 "step_time_median_s", "model_flops_per_seq", "achieved_flops",
                 "matmul_peak_flops", "mfu", "peak_rss_mib", "rss_at_end_mib", "device",
                 "batch_size", "seq_len", "size", "steps", "jit_compile", "mixed_precision",
-                "dtype_policy", "versions", "shape"):
+                "dtype_policy", "versions", "shape", "xla_scope", "accumulation_steps",
+                "remat"):
         assert key in results, key
     assert results["size"] == "tiny" and results["batch_size"] == 4
     assert results["seq_len"] == 32 and results["steps"] == 2
     assert results["jit_compile"] is False  # --config.KEY=VALUE overrides reach the Trainer
+    assert results["xla_scope"] == "none"
+    assert (results["accumulation_steps"], results["remat"]) == (2, "blocks")
     assert results["num_predictions"] == 4  # int(0.155 * 32)
     assert results["seq_per_sec"] > 0 and 0 < results["mfu"]
     assert results["model_flops_per_seq"] > 0 and results["peak_rss_mib"] > 0

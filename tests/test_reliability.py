@@ -18,9 +18,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 60
 # Checkpoints every 10 steps, loops of 5: a kill lands between checkpoints, so the
 # resumed run redoes steps the killed one had already trained.
+# Two micro-batches per step, blocks recomputed: kills land inside the micro-batch loop
+# too (the plain step's exact resume is tests/test_shapes.py's, 10 + 10 steps).
 RUN = ("--config.data.eval_files=", "--config.train.checkpoint_every=10",
        "--config.train.steps_per_loop=5", "--config.train.log_every=10",
-       "--config.train.keep_checkpoints=2", "--config.train.seed=3")
+       "--config.train.keep_checkpoints=2", "--config.train.seed=3",
+       "--config.train.accumulation_steps=2", "--config.train.remat=blocks")
 
 
 @pytest.fixture(scope="module")

@@ -439,6 +439,10 @@ def bench_train():
         "data": "+".join("synthetic" if name == "synthetic" else f"real:{data_dir}"
                          for name in datasets),
         "jit_compile": bool(config.train.jit_compile),
+        # What XLA compiled of the step: whole_step, forward_backward or none.
+        "xla_scope": trainer.xla_scope,
+        "accumulation_steps": trainer.accumulation_steps,
+        "remat": trainer.remat,  # recomputed FLOPs are not in model_flops_per_seq / mfu
         "mixed_precision": config.train.mixed_precision,
         "dtype_policy": trainer.policy,
         "strategy": type(strategy).__name__,

@@ -81,8 +81,24 @@ def distributed(order):
 loss, grads = trainer.loss_and_gradients(distributed(list(range(replicas))), STEP)
 swapped_loss, _ = trainer.loss_and_gradients(distributed(list(range(replicas))[::-1]), STEP)
 other_step_loss, _ = trainer.loss_and_gradients(distributed(list(range(replicas))), STEP + 1)
-np.savez(out_npz, loss=np.asarray(loss),
-         **{f"grad_{i:03d}": np.asarray(g) for i, g in enumerate(grads)})
+# The same global batch as 2 micro-batches per replica (gradient accumulation), from the
+# same weights: the gradient of the whole batch again.
+config.train.accumulation_steps = 2
+accumulating = loop.Trainer(config, strategy, VOCAB, P)
+for mine, theirs in zip(accumulating.model.variables, trainer.model.variables):
+    mine.assign(theirs)
+acc_loss, acc_grads = accumulating.loss_and_gradients(distributed(list(range(replicas))), STEP)
+config.train.accumulation_steps = 1
+np.savez(out_npz, loss=np.asarray(loss), acc_loss=np.asarray(acc_loss),
+         **{f"grad_{i:03d}": np.asarray(g) for i, g in enumerate(grads)},
+         **{f"acc_grad_{i:03d}": np.asarray(g) for i, g in enumerate(acc_grads)})
+config.train.xla_scope = "whole_step"
+try:
+    loop.Trainer(config, strategy, VOCAB, P)
+    whole_step_error = None
+except errors.UserError as e:
+    whole_step_error = str(e)
+config.train.xla_scope = "auto"
 
 config.train.batch_size = BATCH - 1
 try:
@@ -95,7 +111,8 @@ with open(out_json, "w") as f:
                "strategy": type(strategy).__name__,
                "names": [v.path for v in trainer.model.trainable_variables],
                "swapped_loss": float(swapped_loss), "other_step_loss": float(other_step_loss),
-               "odd_batch_error": odd_batch_error}, f)
+               "odd_batch_error": odd_batch_error, "whole_step_error": whole_step_error,
+               "xla_scope": trainer.xla_scope}, f)
 '''
 
 
@@ -177,6 +194,34 @@ def test_mirrored_over_two_cpus_gives_the_one_device_loss_and_gradients(strategy
         assert scale > 0, f"{name}: zero gradient, the comparison would prove nothing"
         np.testing.assert_allclose(mirrored[key], one[key], rtol=RTOL, atol=RTOL * scale,
                                    err_msg=name)
+
+
+@pytest.mark.parametrize("name", ["one_device", "mirrored"])
+def test_accumulated_micro_batches_give_the_whole_batch_gradient(strategy_runs, name):
+    """accumulation_steps=2 under each strategy: the loss and gradients of one step on the
+    whole batch on one device (each micro-batch normalised by the global batch's counts,
+    with its own rows of the noise and of the dropout masks)."""
+    one, one_info = strategy_runs["one_device"]
+    run, _ = strategy_runs[name]
+    np.testing.assert_allclose(run["acc_loss"], one["loss"], rtol=RTOL)
+    for i, variable in enumerate(one_info["names"]):
+        key = f"grad_{i:03d}"
+        # + 1e-9: the attention key biases' gradients are 0 in exact arithmetic (softmax
+        # ignores a constant added to every score); what is there is rounding, ~1e-13.
+        scale = np.abs(one[key]).max()
+        np.testing.assert_allclose(run[f"acc_{key}"], one[key], rtol=RTOL,
+                                   atol=RTOL * scale + 1e-9, err_msg=variable)
+
+
+def test_what_xla_compiles_follows_the_strategy(strategy_runs):
+    _, one_info = strategy_runs["one_device"]
+    _, mirrored_info = strategy_runs["mirrored"]
+    assert one_info["xla_scope"] == "whole_step"
+    assert mirrored_info["xla_scope"] == "forward_backward"
+    assert one_info["whole_step_error"] is None
+    assert mirrored_info["whole_step_error"] == (
+        "config.train.xla_scope='whole_step' needs one device or a TPU; MirroredStrategy "
+        "compiles the forward/backward pass only (use auto)")
 
 
 def test_the_comparison_sees_the_noise_rows_and_the_step(strategy_runs):
@@ -277,9 +322,11 @@ def test_every_batch_tensor_has_a_static_shape(data):
             assert tensor_spec.shape.as_list() == [batch_size, width], (kwargs, name)
 
 
-def test_the_whole_step_compiles_with_xla_on_one_device(data):
+@pytest.mark.parametrize("accumulation_steps,remat", [(1, "none"), (2, "blocks")])
+def test_the_whole_step_compiles_with_xla_on_one_device(data, accumulation_steps, remat):
     """What TPUStrategy does with the step: XLA over forward, backward, all-reduce,
-    optimizer and metrics, with static shapes (no bounded-dynamic dimension in the HLO)."""
+    optimizer and metrics, with static shapes (no bounded-dynamic dimension in the HLO);
+    also the micro-batch loop of gradient accumulation and the recomputed blocks."""
     import importlib.util  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from electra_tf.data import pipeline  # pylint: disable=g-import-not-at-top
@@ -293,6 +340,8 @@ def test_the_whole_step_compiles_with_xla_on_one_device(data):
     config.data.max_seq_length = SEQ
     config.train.batch_size = 8
     config.train.jit_compile = True
+    config.train.accumulation_steps = accumulation_steps
+    config.train.remat = remat
     config.runtime.strategy = "one_device"
     vocab, directory = data
     masking_config = pipeline.masking_config_for(vocab, SEQ)
@@ -300,6 +349,7 @@ def test_the_whole_step_compiles_with_xla_on_one_device(data):
                                            SEQ, masking_config, seed=0)
     strategy = distribute.get_strategy(config.runtime)
     trainer = loop.Trainer(config, strategy, vocab.size, masking_config.max_predictions)
+    assert trainer.xla_scope == "whole_step"  # what the training loop compiles, too
 
     step = tf.function(lambda batch, index: strategy.run(trainer._replica_step,  # pylint: disable=protected-access
                                                          args=(batch, index)),

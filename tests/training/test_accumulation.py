@@ -1,0 +1,144 @@
+"""Gradient accumulation, recomputed blocks and the whole step under XLA change how a step
+is computed, never what it computes: each variant trains three steps on one batch from the
+same weights and must end where the plain step ends (weights and metrics), up to float
+rounding. One device here; accumulation under MirroredStrategy is in test_distribute.py."""
+
+import importlib.util
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf import errors
+from electra_tf.training import distribute
+from electra_tf.training import loop
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VOCAB, SEQ, P, BATCH, STEPS = 40, 32, 5, 8, 3
+
+
+def _config(**train):
+    spec = importlib.util.spec_from_file_location(
+        "electra_config", os.path.join(REPO, "configs", "electra.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config("tiny")
+    config.data.max_seq_length = SEQ
+    config.train.batch_size = BATCH
+    config.train.warmup_steps = 1  # the first update already moves the weights
+    config.train.mixed_precision = "float32"
+    config.runtime.strategy = "one_device"
+    config.train.update(train)
+    return config
+
+
+def _batch():
+    """One batch of the pipeline's structure: padded rows, some prediction slots empty."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, VOCAB, (BATCH, SEQ)).astype(np.int32)
+    mask = np.zeros_like(ids)
+    positions = np.zeros((BATCH, P), np.int32)
+    weights = np.zeros((BATCH, P), np.float32)
+    for row in range(BATCH):
+        length = SEQ - 3 * row
+        mask[row, :length] = 1
+        n = P - row % 2
+        positions[row, :n] = np.sort(rng.choice(np.arange(1, length), n, replace=False))
+        weights[row, :n] = 1.0
+    masked = ids.copy()
+    np.put_along_axis(masked, positions, 4, 1)
+    return {"input_ids": ids * mask, "input_mask": mask, "segment_ids": np.zeros_like(ids),
+            "masked_input_ids": masked * mask, "masked_lm_positions": positions,
+            "masked_lm_ids": np.take_along_axis(ids, positions, 1),
+            "masked_lm_weights": weights}
+
+
+def _train(**train):
+    """(trainer, metrics, weights) after STEPS steps on `_batch()` from the seed's weights."""
+    config = _config(**train)
+    strategy = distribute.get_strategy(config.runtime)
+    trainer = loop.Trainer(config, strategy, VOCAB, P)
+    data = tf.data.Dataset.from_tensors(
+        {k: tf.constant(v) for k, v in _batch().items()}).repeat()
+    iterator = iter(strategy.experimental_distribute_dataset(data))
+    trainer.train_loop(iterator, tf.constant(STEPS))
+    return (trainer, trainer.train_metrics.result(),
+            [v.numpy() for v in trainer.model.trainable_variables])
+
+
+@pytest.fixture(scope="module")
+def plain():
+    return _train()
+
+
+def _assert_same(run, plain, atol=1e-6):
+    trainer, metrics, weights = run
+    _, plain_metrics, plain_weights = plain
+    assert int(trainer.step.numpy()) == STEPS
+    assert set(metrics) == set(plain_metrics)
+    for name, value in plain_metrics.items():
+        np.testing.assert_allclose(metrics[name], value, rtol=1e-5, err_msg=name)
+    for variable, mine, theirs in zip(trainer.model.trainable_variables, weights,
+                                      plain_weights):
+        np.testing.assert_allclose(mine, theirs, atol=atol, err_msg=variable.path)
+
+
+def test_the_plain_step_compiles_whole_and_moves_the_weights(plain):
+    trainer, metrics, weights = plain
+    assert trainer.xla_scope == "whole_step" and trainer.accumulation_steps == 1
+    assert metrics["grad_norm"] > 0 and np.isfinite(metrics["loss"])
+    fresh = loop.Trainer(_config(), trainer.strategy, VOCAB, P)  # the seed's weights
+    moved = max(float(np.abs(w - v.numpy()).max())
+                for w, v in zip(weights, fresh.model.trainable_variables))
+    assert moved > 1e-3  # well above the tolerance the variants are held to
+
+
+def test_accumulation_ends_where_the_whole_batch_step_ends(plain):
+    run = _train(accumulation_steps=4)  # 4 micro-batches of 2 rows
+    assert run[0].accumulation_steps == 4
+    _assert_same(run, plain)
+
+
+def test_the_forward_backward_scope_computes_the_same_step(plain):
+    """The optimizer outside XLA (as under mirrored strategies): the same updates, and the
+    same sampling noise (integer draws, which TF's kernels and XLA agree on)."""
+    run = _train(xla_scope="forward_backward")
+    assert run[0].xla_scope == "forward_backward"
+    _assert_same(run, plain)
+
+
+@pytest.mark.slow  # 70 s; that the recomputed blocks compile whole is a fast test
+def test_recomputed_blocks_compute_the_same_step_and_really_recompute(plain):
+    run = _train(remat="blocks", accumulation_steps=2)
+    _assert_same(run, plain)
+
+    # Recomputation survives XLA's optimisation: the compiled backward pass holds the
+    # blocks' forward matmuls a second time.
+    def dots(trainer):
+        batch = {k: tf.constant(v) for k, v in _batch().items()}
+        uniform = tf.zeros([BATCH, P])
+        counts = (tf.constant(1.0), tf.constant(1.0))
+        seed = tf.constant([0, 0], tf.int64)
+        hlo = trainer._forward_backward.experimental_get_compiler_ir(  # pylint: disable=protected-access
+            batch, uniform, counts, seed, tf.constant(0))(stage="optimized_hlo")
+        return len(re.findall(r"\bdot\(", hlo))
+    plain_dots, remat_dots = dots(plain[0]), dots(run[0])
+    assert remat_dots > plain_dots, (plain_dots, remat_dots)
+
+
+def test_bad_values_are_one_line_errors_naming_the_key():
+    strategy = distribute.get_strategy(_config().runtime)
+    for train, message in (
+            ({"accumulation_steps": 3}, "config.train.accumulation_steps=3 does not divide "
+             "the 8 rows each replica gets of config.train.batch_size=8: choose a divisor"),
+            ({"accumulation_steps": 0}, "config.train.accumulation_steps=0: give a whole "
+             "number >= 1 (1: no accumulation)"),
+            ({"remat": "all"}, "config.train.remat='all': choose one of none, blocks"),
+            ({"xla_scope": "everything"}, "config.train.xla_scope='everything': choose one "
+             "of auto, whole_step, forward_backward")):
+        with pytest.raises(errors.UserError) as raised:
+            loop.Trainer(_config(**train), strategy, VOCAB, P)
+        assert str(raised.value) == message
+    assert loop.xla_scope(_config(jit_compile=False).train, strategy) == "none"
