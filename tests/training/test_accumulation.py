@@ -3,28 +3,22 @@ is computed, never what it computes: each variant trains three steps on one batc
 same weights and must end where the plain step ends (weights and metrics), up to float
 rounding. One device here; accumulation under MirroredStrategy is in test_distribute.py."""
 
-import importlib.util
-import os
 import re
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from configs import electra as electra_config
 from electra_tf import errors
 from electra_tf.training import distribute
 from electra_tf.training import loop
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VOCAB, SEQ, P, BATCH, STEPS = 40, 32, 5, 8, 3
 
 
 def _config(**train):
-    spec = importlib.util.spec_from_file_location(
-        "electra_config", os.path.join(REPO, "configs", "electra.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config("tiny")
+    config = electra_config.get_config("tiny")
     config.data.max_seq_length = SEQ
     config.train.batch_size = BATCH
     config.train.warmup_steps = 1  # the first update already moves the weights
