@@ -88,8 +88,9 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
                                               # TPU and Ampere+ GPUs, fp16 older GPUs, fp32 CPU)
     config.train.jit_compile = True           # XLA for the forward/backward pass
     config.train.xla_scope = "auto"           # auto|whole_step|forward_backward: what XLA
-                                              # compiles (auto: the whole step on one device
-                                              # and TPU; forward/backward under mirrored)
+                                              # compiles (auto: the whole step on TPUs, the
+                                              # forward/backward pass elsewhere; whole_step
+                                              # on one device recompiles every step: slow)
     config.train.accumulation_steps = 1       # N micro-batches per step (gradient
                                               # accumulation): less memory, same result
     config.train.remat = "none"               # none|blocks: recompute the transformer

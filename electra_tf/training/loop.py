@@ -83,10 +83,8 @@ class Trainer:
                                          name="skipped_steps")
         self.loss_scaling = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         self.xla_scope = xla_scope(config.train, strategy)
-        # XLA: the forward/backward pass always (with jit_compile). The whole replica step
-        # (all-reduce, clipping, optimizer update, metrics too) where the strategy allows
-        # it: one device; TPUs compile every step whole anyway. Mirrored strategies cannot
-        # (their all-reduce and updates span devices).
+        # XLA: the forward/backward pass (with jit_compile); TPUs compile every step whole.
+        # The whole replica step on one device only when asked (see `xla_scope`).
         self._forward_backward = tf.function(self._forward_backward_fn,
                                              jit_compile=config.train.jit_compile)
         self._forward = tf.function(self._forward_fn, jit_compile=config.train.jit_compile)
@@ -282,9 +280,16 @@ REMAT = ("none", "blocks")
 
 
 def xla_scope(train_config, strategy) -> str:
-    """What XLA compiles of a training step: "whole_step" (forward, backward, all-reduce,
-    clipping, optimizer update and metrics: one device, TPUs), "forward_backward" (the
-    rest runs as TensorFlow ops: mirrored strategies, or asked for), or "none"."""
+    """What XLA compiles of a training step: "forward_backward" (default off TPUs: the
+    all-reduce, clipping, optimizer update and metrics run as TensorFlow ops),
+    "whole_step" (TPUs, which compile every step whole; on one device only when asked),
+    or "none" (`jit_compile=False`).
+
+    Why not the whole step by default on one device: TF 2.21 compiles a `jit_compile`
+    function that updates variables with the variables' values as compile-time constants
+    (`kind=constant-resource` in XLA's device_compiler log), so it compiles again at every
+    step: 15-18 s per step of the tiny model on 2 CPU cores, against 0.02 s. Asked for,
+    it runs (and a test compiles it, for the TPU's sake), but only to measure."""
     scope = train_config.get("xla_scope", "auto")
     if scope not in XLA_SCOPES:
         raise errors.UserError(f"config.train.xla_scope={scope!r}: choose one of "
@@ -293,12 +298,14 @@ def xla_scope(train_config, strategy) -> str:
         return "whole_step"  # TPUStrategy compiles every step whole, whatever is asked
     if not train_config.jit_compile:
         return "none"
-    whole = isinstance(strategy, tf.distribute.OneDeviceStrategy)
-    if scope == "whole_step" and not whole:
-        raise errors.UserError(
-            f"config.train.xla_scope='whole_step' needs one device or a TPU; "
-            f"{type(strategy).__name__} compiles the forward/backward pass only (use auto)")
-    return "forward_backward" if scope == "forward_backward" or not whole else "whole_step"
+    if scope == "whole_step":
+        if not isinstance(strategy, tf.distribute.OneDeviceStrategy):
+            raise errors.UserError(
+                f"config.train.xla_scope='whole_step' needs one device or a TPU; "
+                f"{type(strategy).__name__} compiles the forward/backward pass only "
+                "(use auto)")
+        return "whole_step"
+    return "forward_backward"
 
 
 def micro_batches(train_config, local_batch: int) -> int:
@@ -514,8 +521,10 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
             f"out of memory near step {step} ({_allocation_line(e.message)}): "
             f"config.train.batch_size={train.batch_size} at config.data.max_seq_length="
             f"{config.data.max_seq_length} needs more memory than this device has; the "
-            "step's memory grows with both, so lower one of them (BENCHMARKS.md, "
-            f"'Memory'). The last checkpoint is kept ({latest or 'none yet'})") from None
+            "step's memory grows with both, so lower one of them, or keep the batch and "
+            "raise config.train.accumulation_steps (micro-batches) or set "
+            "config.train.remat=blocks (BENCHMARKS.md, 'Memory'). The last checkpoint is "
+            f"kept ({latest or 'none yet'})") from None
     finally:
         train_writer.flush()
         eval_writer.flush()

@@ -135,4 +135,5 @@ def test_out_of_memory_names_the_batch_and_length_and_keeps_the_checkpoint(tmp_p
     assert text.startswith("out of memory near step 0 (Out of memory while trying to "
                            "allocate 30.36GiB.)"), text
     assert "config.train.batch_size=4 at config.data.max_seq_length=32" in text
+    assert "config.train.accumulation_steps" in text and "remat=blocks" in text
     assert "last checkpoint is kept (none yet)" in text and "\n" not in text
