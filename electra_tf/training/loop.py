@@ -2,19 +2,21 @@
 
 One replica step (`_replica_step`), read top to bottom:
 
-    global counts (all-reduce) ─► [XLA] forward: generator ─► sample ─► discriminator
-    ─► losses scaled to this replica's share of the global mean ─► gradients
-    ─► all-reduce (sum) ─► optimizer: clip to global norm, weight decay, AdamW ─► metrics
+    global counts (all-reduce) ─► for each micro-batch (1 unless accumulation_steps):
+        [XLA] forward: generator ─► sample ─► discriminator ─► losses scaled to this
+        rows' share of the global mean ─► gradients (summed) ─► metrics
+    ─► all-reduce (sum) ─► optimizer: clip to global norm, weight decay, AdamW
 
 `steps_per_loop` such steps run inside one `tf.function` (one host round-trip per loop,
 which is what TPUs need). The loop ends early, at a step boundary, when SIGTERM has set
 `stop_requested` or a step's losses or gradient norm were not finite (`nonfinite`).
 
 Every random draw of step t is a function of (seed, t), so a resumed run repeats an
-uninterrupted one: the sampling noise is `stateless_uniform([global_batch, P],
-seed=(seed, t))`, of which each replica takes its rows, and the dropout masks are
-stateless hashes of (seed, t, layer, global element index) (`model/dropout.py`); both
-are therefore also the same whatever the number of replicas. The masks of the data are
+uninterrupted one: the sampling noise is made of stateless integer draws `[global_batch,
+P]` seeded by (seed, t), of which each replica (and micro-batch) takes its rows, and the
+dropout masks are stateless hashes of (seed, t, layer, global element index)
+(`model/dropout.py`); both are therefore also the same whatever the number of replicas
+or micro-batches. The masks of the data are
 functions of (seed, batch index) (`data/pipeline.py`).
 """
 
