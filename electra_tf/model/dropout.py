@@ -12,7 +12,9 @@ statistically independent across elements and calls (tests/model/test_dropout.py
 Two sources for the seeds:
 - Inside `seeded(seed, replica)` (pre-training: the trainer's step seed), a layer's seed
   is a stateless function of `seed` and the layer's `stream` number (`number_streams`),
-  and the element index is offset by `replica * size`, so the mask of every element of
+  and the element index is offset by `replica * size` (`replica`: which block of
+  `size` elements of the global batch this call holds: the replica, or with gradient
+  accumulation replica · N + micro-batch), so the mask of every element of
   the GLOBAL batch is a pure function of (run seed, step, layer, position): a resumed
   run draws exactly the masks of an uninterrupted one, and one replica or many draw the
   same masks for the same examples. (The index wraps at 2^32 elements per layer call.)
@@ -125,6 +127,11 @@ def number_streams(model: keras.layers.Layer) -> int:
             sub.stream = count
             count += 1
     return count
+
+
+def current():
+    """The (seed, replica) of the innermost `seeded` block being traced, or None."""
+    return getattr(_SEEDED, "value", None)
 
 
 @contextlib.contextmanager

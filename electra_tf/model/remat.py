@@ -13,13 +13,15 @@ Why not Keras' `RematScope`: on the TensorFlow backend it wraps `call` in
 eager execution is enabled"). Here the block's only argument is its input; the mask and
 `training` are closed over. The recomputed pass draws the same dropout masks, since
 `HashDropout`'s masks are functions of (step seed, layer, position), not of a state
-(the gradient must be taken inside `dropout.seeded`, which the trainer does).
+(the recomputation re-enters the `dropout.seeded` context of the forward call).
 """
 
 import contextlib
 import threading
 
 import tensorflow as tf
+
+from electra_tf.model import dropout as dropout_lib
 
 _ACTIVE = threading.local()
 
@@ -37,8 +39,17 @@ def blocks(enabled: bool = True):
 
 def call_block(block, x, padding_mask, training):
     """`block(x, padding_mask=..., training=...)`, recomputed in the backward pass inside
-    `blocks()`."""
+    `blocks()`. The recomputation runs in the `dropout.seeded` context of the forward
+    call (captured here: the backward pass is traced after that context has closed), so
+    it draws the same masks; without one, masks would be drawn afresh: an error."""
     if not (training and getattr(_ACTIVE, "value", False)):
         return block(x, padding_mask=padding_mask, training=training)
-    return tf.recompute_grad(
-        lambda inputs: block(inputs, padding_mask=padding_mask, training=training))(x)
+    seeded_by = dropout_lib.current()
+    if seeded_by is None:
+        raise ValueError(f"{block.name}: recomputing a block in training needs "
+                         "`dropout.seeded` (stateless masks), or its dropout would differ")
+
+    def run(inputs):
+        with dropout_lib.seeded(*seeded_by):
+            return block(inputs, padding_mask=padding_mask, training=training)
+    return tf.recompute_grad(run)(x)

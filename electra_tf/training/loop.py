@@ -36,7 +36,6 @@ from electra_tf import progress
 from electra_tf.data import masking as masking_lib
 from electra_tf.data import pipeline
 from electra_tf.data import writer
-from electra_tf.model import dropout as dropout_lib
 from electra_tf.model import losses
 from electra_tf.model import remat
 from electra_tf.text import tokenizer
@@ -121,8 +120,10 @@ class Trainer:
         counts = tf.distribute.get_replica_context().all_reduce(SUM, counts)
         return counts[0], counts[1]
 
-    def _outputs_and_loss(self, batch, uniform, counts, training):
-        outputs = self.model(batch, uniform=uniform, training=training)
+    def _outputs_and_loss(self, batch, uniform, counts, training, dropout_seed=None,
+                          block=0):
+        outputs = self.model(batch, uniform=uniform, dropout_seed=dropout_seed,
+                             replica=block, training=training)
         loss, values = losses.pretraining_loss(outputs, batch, self.config.model.disc_weight,
                                                *counts)
         # Keep only what the metrics read: never return [B, P, V] logits from XLA.
@@ -134,10 +135,12 @@ class Trainer:
         """`block`: which `len(batch)`-row block of the global batch this is, for the
         dropout masks (the replica; with accumulation, replica · N + micro-batch)."""
         variables = self.model.trainable_variables
-        # The gradient inside `seeded` too: recomputed blocks (remat) redraw the same masks.
-        with dropout_lib.seeded(dropout_seed, block), remat.blocks(self.remat == "blocks"):
+        # The model seeds each pass's masks from dropout_seed (the generator's salted);
+        # recomputed blocks (remat) redraw the masks of their forward call.
+        with remat.blocks(self.remat == "blocks"):
             with tf.GradientTape() as tape:
-                loss, outputs, values = self._outputs_and_loss(batch, uniform, counts, True)
+                loss, outputs, values = self._outputs_and_loss(
+                    batch, uniform, counts, True, dropout_seed, block)
                 scaled = self.optimizer.scale_loss(loss)   # loss scaling under float16
             return tape.gradient(scaled, variables), outputs, values
 
