@@ -1,17 +1,22 @@
 """TFRecord shards → masked batches with static shapes, for one input pipeline.
 
-    files ─► (shard per input pipeline) ─► shuffle, repeat ─► interleave TFRecords ─►
-    shuffle ─► batch(drop_remainder) ─► [skip] ─► parse ─► dynamic masking ─► prefetch
+    training:   files ─► the training order from batch `skip_batches` on (data/order.py:
+                chunks, seeded epoch permutations, shuffled blocks; endless) ─►
+                batch(drop_remainder) ─► parse ─► dynamic masking ─► prefetch
+    evaluation: files ─► interleave TFRecords ─► batch(drop_remainder) ─► parse ─►
+                dynamic masking ─► prefetch
 
-With a seed, everything random is a function of it: the file and example order (seeded
-shuffles, deterministic interleave and map) and each batch's masks (stateless draws
-seeded by the seed, the input pipeline and the batch's index; `masking.mask_batch`).
-Batch i of a run is therefore the same bytes in every run with that seed.
+With a seed, everything random is a function of it: the example order (record n of the
+stream is a function of (seed, n), `order.records`) and each batch's masks (stateless
+draws seeded by the seed, the input pipeline and the batch's index;
+`masking.mask_batch`). Batch i of a run is therefore the same bytes in every run with
+that seed, and a run that resumes at batch i reads at most one chunk and one shuffle
+block before it, whatever i is.
 
 Under a `tf.distribute` strategy, pass the `tf.distribute.InputContext` that
-`distribute_datasets_from_function` gives: each pipeline reads its own files (or, with
-fewer files than pipelines, its own records) and batches `global_batch_size /
-num_replicas_in_sync` examples for each replica.
+`distribute_datasets_from_function` gives: each pipeline reads its own chunks (or, with
+fewer chunks than pipelines, its own records; evaluation: its own files or records) and
+batches `global_batch_size / num_replicas_in_sync` examples for each replica.
 
 Before reading, the data is checked against what the run expects: every file must be
 listed in the `manifest.json` beside it, with the same `max_seq_length` and a vocab with
@@ -28,6 +33,7 @@ import tensorflow as tf
 from electra_tf import errors
 from electra_tf.data import examples
 from electra_tf.data import masking
+from electra_tf.data import order
 from electra_tf.data import writer
 from electra_tf.text import tokenizer as tokenizer_lib
 
@@ -198,10 +204,9 @@ def pretraining_dataset(
 
     seed: makes the example order and the masks deterministic (see the module
     docstring); None draws both afresh.
-    skip_batches: batches to pass over before the first one (resuming a run: with a
-    `seed`, the order and the masks are the same in every run, so this continues where
-    it stopped, batch for batch). They are skipped before parsing and masking, which is
-    what costs.
+    skip_batches: training: the batch to start at (resuming a run: with a `seed`, the
+    order and the masks are the same in every run, so this continues where it stopped,
+    batch for batch). Nothing before it is read but the rest of its chunk and block.
     """
     batch_size = global_batch_size
     num_pipelines, pipeline_id = 1, 0
@@ -210,28 +215,15 @@ def pretraining_dataset(
         num_pipelines = input_context.num_input_pipelines
         pipeline_id = input_context.input_pipeline_id
 
-    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(files, tf.string))
-    by_file = len(files) >= num_pipelines
-    if num_pipelines > 1 and by_file:
-        dataset = dataset.shard(num_pipelines, pipeline_id)
     if is_training:
-        # Pipelines that split records must see the files in one order: a common seed.
-        file_seed = seed if seed is not None or by_file else 0
-        dataset = dataset.shuffle(len(files), seed=file_seed, reshuffle_each_iteration=True)
-        dataset = dataset.repeat()
-    dataset = dataset.interleave(
-        tf.data.TFRecordDataset,
-        cycle_length=min(len(files), 16),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        # Splitting records between pipelines needs the same order in each of them.
-        deterministic=seed is not None or not by_file)
-    if num_pipelines > 1 and not by_file:
-        dataset = dataset.shard(num_pipelines, pipeline_id)  # few files: split records
-    if is_training:
-        dataset = dataset.shuffle(shuffle_buffer, seed=seed)
+        # Record n of this pipeline's stream is a function of (seed, n): starting at the
+        # first record not yet trained on costs the same at any step (data/order.py).
+        chunks = order.chunks_of(files)
+        dataset = order.records(chunks, _seed_or_random(seed), shuffle_buffer, num_pipelines,
+                                pipeline_id, start=skip_batches * batch_size)
+    else:
+        dataset = _read_once(files, num_pipelines, pipeline_id)
     dataset = dataset.batch(batch_size, drop_remainder=True)
-    if skip_batches:
-        dataset = dataset.skip(skip_batches)
 
     if seed is None:
         @tf.autograph.experimental.do_not_convert
@@ -253,6 +245,24 @@ def pretraining_dataset(
     dataset = dataset.map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=seed is not None)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _seed_or_random(seed: int | None) -> int:
+    return seed if seed is not None else int.from_bytes(os.urandom(4), "little")
+
+
+def _read_once(files: list[str], num_pipelines: int, pipeline_id: int) -> tf.data.Dataset:
+    """Evaluation's records: each read once, in file order; each pipeline its own files
+    (or, with fewer files than pipelines, its own records)."""
+    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(files, tf.string))
+    by_file = len(files) >= num_pipelines
+    if num_pipelines > 1 and by_file:
+        dataset = dataset.shard(num_pipelines, pipeline_id)
+    dataset = dataset.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 16),
+                                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if num_pipelines > 1 and not by_file:
+        dataset = dataset.shard(num_pipelines, pipeline_id)
+    return dataset
 
 
 def masking_config_for(vocab: tokenizer_lib.Vocab, max_seq_length: int,

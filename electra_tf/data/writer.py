@@ -17,6 +17,7 @@ import tensorflow as tf
 from electra_tf import errors
 from electra_tf import progress as progress_lib
 from electra_tf.data import examples
+from electra_tf.data import order
 from electra_tf.text import corpus
 from electra_tf.text import tokenizer as tokenizer_lib
 
@@ -153,6 +154,8 @@ def write_pretraining_data(
     tmp_paths = [os.path.join(output_dir, name + ".tmp") for name in names]
     writers = [tf.io.TFRecordWriter(path) for path in tmp_paths]
     counts = [0] * num_shards
+    positions = [0] * num_shards  # bytes written to each shard
+    chunk_offsets = [[] for _ in range(num_shards)]  # the training order's index
     packer = _Packer(examples.ExampleBuilder(max_seq_length, vocab.cls_id, vocab.sep_id,
                                              seed=seed))
     progress = progress_lib.Progress(source.total_bytes, "bytes", log=log, scale=1e-6,
@@ -170,8 +173,12 @@ def write_pretraining_data(
         if not packed[1]:
             return
         for record in serialize(*(tf.constant(v, tf.int32) for v in packed)).numpy():
-            writers[num_examples % num_shards].write(record)
-            counts[num_examples % num_shards] += 1
+            shard = num_examples % num_shards
+            if counts[shard] % order.CHUNK == 0:
+                chunk_offsets[shard].append(positions[shard])
+            writers[shard].write(record)
+            counts[shard] += 1
+            positions[shard] += len(record) + 16  # length, its CRC, the data, its CRC
             num_examples += 1
 
     num_examples = 0
@@ -194,6 +201,9 @@ def write_pretraining_data(
     for writer in writers:
         writer.close()
     sizes = [tf.io.gfile.stat(path).length for path in tmp_paths]
+    if sizes != positions:  # the chunk offsets would point inside records
+        raise RuntimeError(f"{output_dir}: shard sizes {sizes} differ from the records' "
+                           f"framing {positions}")
 
     # Commit: drop the old manifest first, so no reader ever sees it beside new shards.
     old_shards = _listed_shards(manifest_path)
@@ -223,9 +233,12 @@ def write_pretraining_data(
         "tokenizer": tokenizer_settings(lower_case),
         "source": source.source,
         "input": source.stats.as_dict(),
-        # Each shard's size: a reader tells a truncated or overwritten shard by it.
-        "shards": [{"file": name, "num_examples": n, "bytes": size}
-                   for name, n, size in zip(names, counts, sizes)],
+        # Each shard's size: a reader tells a truncated or overwritten shard by it. Its
+        # chunk offsets: where records 0, chunk_records, 2·chunk_records, ... start
+        # (data/order.py: a run resumes anywhere without reading what it skips).
+        "chunk_records": order.CHUNK,
+        "shards": [{"file": name, "num_examples": n, "bytes": size, "chunk_offsets": offsets}
+                   for name, n, size, offsets in zip(names, counts, sizes, chunk_offsets)],
     }
     write_json_atomic(manifest, manifest_path)
     return result

@@ -34,6 +34,7 @@ from electra_tf import errors
 from electra_tf import model_config
 from electra_tf import progress
 from electra_tf.data import masking as masking_lib
+from electra_tf.data import order
 from electra_tf.data import pipeline
 from electra_tf.data import writer
 from electra_tf.model import losses
@@ -420,7 +421,8 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     # ------------------------------------------------------------ outputs
     if chief:
         tf.io.gfile.makedirs(workdir)
-        writer.write_json_atomic(config.to_dict(), os.path.join(workdir, "config.json"))
+        writer.write_json_atomic({**config.to_dict(), "data_order": order.VERSION},
+                                 os.path.join(workdir, "config.json"))
         vocab_copy = os.path.join(workdir, "vocab.txt")
         if os.path.abspath(config.data.vocab_file) != os.path.abspath(vocab_copy):
             tf.io.gfile.copy(config.data.vocab_file, vocab_copy + ".tmp", overwrite=True)
@@ -578,14 +580,20 @@ def _check_same_run(config, workdir, vocab):
     # the data stream depends on.
     latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
     trained = latest and not latest.endswith("-0")
-    for section, key in ((("data", "max_seq_length"), ("train", "batch_size"),
-                          ("train", "seed")) if trained else ()):
+    for section, key in ((("data", "max_seq_length"), ("data", "shuffle_buffer"),
+                          ("train", "batch_size"), ("train", "seed")) if trained else ()):
         before = saved.get(section, {}).get(key)
         now = config[section][key]
         if before is not None and before != now:
             raise errors.UserError(
                 f"config.{section}.{key}={now!r}, but the run in {workdir} was started with "
                 f"{before!r} ({path}): use another --workdir, or the same value to resume")
+    if trained and saved.get("data_order") != order.VERSION:
+        logging.warning(
+            "The run in %s was started with an older data order (%s); it continues with "
+            "this version's (%s): from %s on it reads other examples than the older version "
+            "would have", workdir, saved.get("data_order", "a shuffle buffer"), order.VERSION,
+            os.path.basename(latest))
     vocab_copy = os.path.join(workdir, "vocab.txt")
     if tf.io.gfile.exists(vocab_copy):
         if tokenizer.Vocab.load(vocab_copy).sha256 != vocab.sha256:
