@@ -91,6 +91,24 @@ def train_command(data, workdir, *overrides, steps=300) -> list[str]:
         "--config.train.eval_steps=5", *overrides]
 
 
+def forge_step(checkpoint_dir, step):
+    """Writes the newest checkpoint of `checkpoint_dir` again as ckpt-STEP with its step
+    variable set to `step`, every other tensor as it was, and makes it the latest: a run
+    that seems to have trained `step` steps, without training them."""
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(checkpoint_dir))
+    names = sorted(reader.get_variable_to_shape_map())  # the object graph included
+    tensors = [reader.get_tensor(name) for name in names]
+    i = names.index("step/.ATTRIBUTES/VARIABLE_VALUE")
+    tensors[i] = np.array(step, tensors[i].dtype)
+    prefix = os.path.join(checkpoint_dir, f"ckpt-{step}")
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=tensors)
+    tf.compat.v1.train.update_checkpoint_state(checkpoint_dir, prefix)
+    return prefix
+
+
 def write_pretrained_run(directory, max_seq_length=16):
     """A tiny pre-training workdir with random weights (config.json, vocab.txt, a
     model-only checkpoint), as export and fine-tuning read it. Returns (vocab, model)."""

@@ -1,4 +1,5 @@
-"""tools/benchmark.py --mode=train (--profile, --compare_data), tools/benchmark_sweep.py,
+"""tools/benchmark.py --mode=train (--profile, --compare_data) and --mode=resume,
+tools/benchmark_sweep.py,
 and the FLOP formula behind the MFU."""
 
 import glob
@@ -117,6 +118,19 @@ def test_compare_data_reports_input_synthetic_and_real_rates(tmp_path):
     assert results["train_loop_traces"] == 1
     # No trace unless asked for.
     assert results["profile_dir"] is None and not (tmp_path / "profile").exists()
+
+
+def test_resume_benchmark_times_forged_steps_and_checks_the_stream(tmp_path):
+    helpers.write_corpus(str(tmp_path), num_documents=60)
+    results = last_json_line(run_tool(
+        "benchmark.py", "--mode=resume", "--config=configs/electra.py:tiny", "--seq_len=32",
+        "--batch_size=8", "--vocab_size=200", "--resume_steps=0,1000000000",
+        "--resume_repeats=1", "--config.data.shuffle_buffer=512", f"--workdir={tmp_path}"))
+    assert set(results["resume_seconds_at_step"]) == {"0", "1000000000"}
+    assert all(t > 0 for t in results["resume_seconds_at_step"].values())
+    assert results["continues_exactly"] is True
+    assert results["records_before_last_step"] == 8 * 10**9
+    assert results["replay_seconds_estimate"] > 0
 
 
 def test_sweep_writes_a_table_and_records_a_failed_point(tmp_path):

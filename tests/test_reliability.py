@@ -1,6 +1,7 @@
 """Crashes and preemption, end to end: a real `python -m electra_tf.train` killed with
 SIGKILL or stopped with SIGTERM resumes to exactly the weights of an uninterrupted run."""
 
+import glob
 import os
 import random
 import shutil
@@ -170,3 +171,49 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(data, uninterr
     assert f"Cannot read checkpoint {checkpoints / 'ckpt-60'}" in result.stderr
     assert f"Resumed from {checkpoints / 'ckpt-50'} at step 50" in result.stderr
     _assert_same_checkpoint(str(checkpoints / "ckpt-60"), uninterrupted)
+
+
+@pytest.mark.slow  # three training processes; the stream's own test is fast (test_order.py)
+def test_a_run_resumed_at_a_forged_billionth_step_continues_exactly(data, tmp_path):
+    """Resuming at step 10^9 (16·10^9 records in: re-reading them would take hours) starts
+    at once, and a run resumed at 10^9 + 2 ends with the variables of one that went on.
+
+    At 10^9 of 10^9 + 4 steps the decayed learning rate is 0 in float32, so the weights
+    stay; the optimizer's moments take every batch's gradients, and they are compared."""
+    far = 10**9
+    start = str(tmp_path / "start")
+    result = subprocess.run(
+        helpers.train_command(data, start, *RUN[:1], "--config.train.checkpoint_every=2",
+                              steps=2), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    helpers.forge_step(os.path.join(start, "checkpoints"), far)
+
+    def train(workdir):
+        result = subprocess.run(
+            helpers.train_command(data, workdir, *RUN[:1], "--config.train.checkpoint_every=2",
+                                  "--config.train.keep_checkpoints=3", steps=far + 4),
+            cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result
+
+    through = str(tmp_path / "through")
+    shutil.copytree(start, through)
+    assert f"ckpt-{far}" in train(through).stderr  # resumed at the forged step
+    assert _checkpoint_steps(through)[-2:] == [far + 2, far + 4]
+
+    resumed = str(tmp_path / "resumed")
+    shutil.copytree(through, resumed)
+    checkpoints = os.path.join(resumed, "checkpoints")
+    for f in glob.glob(os.path.join(checkpoints, f"ckpt-{far + 4}.*")):
+        os.remove(f)
+    tf.compat.v1.train.update_checkpoint_state(checkpoints, os.path.join(checkpoints, f"ckpt-{far + 2}"))
+    assert f"ckpt-{far + 2}" in train(resumed).stderr
+
+    final = os.path.join(through, "checkpoints", f"ckpt-{far + 4}")
+    _assert_same_checkpoint(os.path.join(checkpoints, f"ckpt-{far + 4}"), final)
+    # Not vacuous: the four steps moved the optimizer's moments.
+    before, after = (_variables(os.path.join(start, "checkpoints", f"ckpt-{far}")),
+                     _variables(final))
+    moments = [n for n in after if "optimizer" in n and n.endswith("VARIABLE_VALUE")
+               and after[n].dtype.kind == "f" and after[n].size > 1]
+    assert moments and sum(not np.array_equal(before[n], after[n]) for n in moments) > 10

@@ -7,6 +7,7 @@ r"""Measures training and data-path speed; prints one JSON line last.
       [--profile [--profile_dir=DIR]]                            # + a TensorBoard trace
   python tools/benchmark.py --mode=input        # masked batches/s from real TFRecords
   python tools/benchmark.py --mode=create_data  # create_pretraining_data vs tokenizer alone
+  python tools/benchmark.py --mode=resume [--resume_steps=0,1000000]  # data position cost
 
 --mode=train (the default) builds the real `loop.Trainer` (model, optimizer, compiled
 steps, under `config.runtime`'s strategy) and feeds it SYNTHETIC batches of the
@@ -29,7 +30,16 @@ means feeding real data costs nothing).
 tracing overhead stays out of the timings) with the TensorBoard profiler:
 `tensorboard --logdir=<profile_dir>`, Profile tab (`pip install tensorboard-plugin-profile`).
 
-For --mode=input|create_data (and --compare_data without --real_data) the corpus is the
+--mode=resume measures what resuming costs in the data: for each of --resume_steps
+(forged step numbers; nothing is trained), the seconds from making the training input
+(`loop.distributed_dataset` at that step, under `config.runtime`'s strategy) to its
+first batch, as `resume_seconds_at_step` (the median of --resume_repeats). It checks
+that the stream started at step s+1 is the stream started at s, one batch on
+(`continues_exactly`), and, for scale, reports what re-reading every record before the
+last step would take at this machine's measured TFRecord read rate
+(`replay_seconds_estimate`: what resuming cost before data/order.py).
+
+For --mode=input|create_data|resume (and --compare_data without --real_data) the corpus is the
 built-in sample corpus, repeated `--corpus_copies` times so that start-up costs do not
 dominate; corpus, vocab and TFRecords are cached in --workdir.
 """
@@ -64,7 +74,7 @@ from electra_tf.text import vocab as vocab_lib
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROFILE_STEPS = 3  # a trace of a few steps is enough, and stays small
 
-_MODE = flags.DEFINE_enum("mode", "train", ["train", "input", "create_data"],
+_MODE = flags.DEFINE_enum("mode", "train", ["train", "input", "create_data", "resume"],
                           "What to measure.")
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(ROOT, "configs", "electra.py") + ":small",
@@ -100,6 +110,9 @@ _PROFILE = flags.DEFINE_bool(
     f"{PROFILE_STEPS} steps after the timed ones, to --profile_dir or <workdir>/profile.")
 _PROFILE_DIR = flags.DEFINE_string(
     "profile_dir", None, "Train mode: where --profile writes (giving it implies --profile).")
+_RESUME_STEPS = flags.DEFINE_list(
+    "resume_steps", ["0", "1000000"], "Resume mode: the (forged) steps to resume at.")
+_RESUME_REPEATS = flags.DEFINE_integer("resume_repeats", 3, "Resume mode: timings per step.")
 _CORPUS_COPIES = flags.DEFINE_integer("corpus_copies", 8, "Sample corpus repetitions.")
 
 
@@ -193,6 +206,63 @@ def bench_create_data(corpus_path, vocab):
         "tokenizer_alone_mb_per_sec": round(tokenizer_mb_s, 2),
         "create_pretraining_data_mb_per_sec": round(create_mb_s, 2),
         "ratio": round(create_mb_s / tokenizer_mb_s, 2), "seq_len": _SEQ_LEN.value,
+    }
+
+
+def bench_resume(corpus_path, vocab):
+    from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
+
+    config = _CONFIG.value
+    try:
+        steps = [int(s) for s in _RESUME_STEPS.value]
+    except ValueError:
+        raise errors.UserError(f"--resume_steps={','.join(_RESUME_STEPS.value)}: give "
+                               "whole numbers") from None
+    if not steps or min(steps) < 0 or _RESUME_REPEATS.value < 1:
+        raise errors.UserError("--resume_steps must be >= 0, --resume_repeats >= 1")
+    with config.unlocked():
+        config.train.batch_size = _flag(_BATCH_SIZE, config.train.batch_size)
+        config.data.max_seq_length = _SEQ_LEN.value
+    strategy = distribute.get_strategy(config.runtime)
+    files = _sample_data(corpus_path, vocab, _SEQ_LEN.value)
+    masking_config = loop.masking_config(config, vocab)
+
+    def first_batches(step, n=1):
+        iterator = iter(loop.distributed_dataset(strategy, files, config, masking_config,
+                                                 training=True, step=step))
+        return [strategy.experimental_local_results(next(iterator)) for _ in range(n)]
+
+    first_batches(1)  # tracing and the first reads, out of the timings
+    timings = {s: [] for s in steps}
+    for _ in range(_RESUME_REPEATS.value):
+        for step in steps:
+            start = time.perf_counter()
+            first_batches(step)
+            timings[step].append(time.perf_counter() - start)
+
+    last = max(steps)
+    ahead, started = first_batches(last, 2)[1], first_batches(last + 1)[0]
+    exact = all(np.array_equal(a[k].numpy(), b[k].numpy())
+                for a, b in zip(ahead, started) for k in a)
+
+    # The records/s of reading the shards through, as resuming by skipping did.
+    reader = tf.data.TFRecordDataset(files).repeat()
+    count, start = 0, time.perf_counter()
+    for _ in reader.batch(4096).take(50):
+        count += 4096
+    read_rate = count / (time.perf_counter() - start)
+    records = last * config.train.batch_size
+    return {
+        "resume_seconds_at_step": {str(s): round(statistics.median(t), 3)
+                                   for s, t in timings.items()},
+        "continues_exactly": bool(exact),
+        "records_before_last_step": records,
+        "tfrecord_read_records_per_sec": round(read_rate),
+        "replay_seconds_estimate": round(records / read_rate, 1),
+        "batch_size": config.train.batch_size, "seq_len": _SEQ_LEN.value,
+        "shuffle_buffer": config.data.shuffle_buffer,
+        "strategy": type(strategy).__name__,
     }
 
 
@@ -560,8 +630,9 @@ def main(argv):
         results = bench_train()
     else:
         corpus_path, vocab = _prepare()
-        results = (bench_input if _MODE.value == "input" else bench_create_data)(corpus_path,
-                                                                                 vocab)
+        bench = {"input": bench_input, "create_data": bench_create_data,
+                 "resume": bench_resume}[_MODE.value]
+        results = bench(corpus_path, vocab)
     results.update({
         "mode": _MODE.value,
         "peak_rss_mib": max(results.get("peak_rss_mib", 0), _peak_rss_mib()),
