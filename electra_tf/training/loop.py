@@ -170,7 +170,8 @@ class Trainer:
                                                             dropout_seed, replica)
             # Dense, as the accumulated sum is: the norm (clipping, grad_norm) of an
             # IndexedSlices gradient would count its repeated rows one by one.
-            grads = [tf.convert_to_tensor(g) for g in grads]
+            grads = [tf.zeros(v.shape, v.dtype) if g is None else tf.convert_to_tensor(g)
+                     for g, v in zip(grads, self.model.trainable_variables)]
             if metrics is not None:
                 metrics.update(batch, outputs, values)
         else:
@@ -276,6 +277,8 @@ def _add_gradient(total, gradient):
     """total + gradient, for a gradient that may be `IndexedSlices` (an embedding's rows).
     Scattered with the total's static row count: XLA cannot convert IndexedSlices to
     dense inside a loop (their dense shape is not a compile-time constant there)."""
+    if gradient is None:  # a variable this objective does not use
+        return total
     if isinstance(gradient, tf.IndexedSlices):
         return tf.tensor_scatter_nd_add(total, gradient.indices[:, None], gradient.values)
     return total + gradient
@@ -303,6 +306,9 @@ def xla_scope(train_config, strategy) -> str:
     if distribute.is_tpu(strategy):
         return "whole_step"  # TPUStrategy compiles every step whole, whatever is asked
     if not train_config.jit_compile:
+        if scope == "whole_step":
+            raise errors.UserError("config.train.xla_scope='whole_step' needs "
+                                   "config.train.jit_compile=true")
         return "none"
     if scope == "whole_step":
         if not isinstance(strategy, tf.distribute.OneDeviceStrategy):
@@ -317,7 +323,7 @@ def xla_scope(train_config, strategy) -> str:
 def micro_batches(train_config, local_batch: int) -> int:
     """`config.train.accumulation_steps`, checked against this replica's batch rows."""
     n = train_config.get("accumulation_steps", 1)
-    if not isinstance(n, int) or n < 1:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise errors.UserError(f"config.train.accumulation_steps={n!r}: give a whole number "
                                ">= 1 (1: no accumulation)")
     if local_batch % n:

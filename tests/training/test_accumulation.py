@@ -130,6 +130,8 @@ def test_bad_values_are_one_line_errors_naming_the_key():
              "the 8 rows each replica gets of config.train.batch_size=8: choose a divisor"),
             ({"accumulation_steps": 0}, "config.train.accumulation_steps=0: give a whole "
              "number >= 1 (1: no accumulation)"),
+            ({"accumulation_steps": True}, "config.train.accumulation_steps=True: give a "
+             "whole number >= 1 (1: no accumulation)"),
             ({"remat": "all"}, "config.train.remat='all': choose one of none, blocks"),
             ({"xla_scope": "everything"}, "config.train.xla_scope='everything': choose one "
              "of auto, whole_step, forward_backward")):
@@ -137,6 +139,9 @@ def test_bad_values_are_one_line_errors_naming_the_key():
             loop.Trainer(_config(**train), strategy, VOCAB, P)
         assert str(raised.value) == message
     assert loop.xla_scope(_config(jit_compile=False).train, strategy) == "none"
+    with pytest.raises(errors.UserError, match="xla_scope='whole_step' needs "
+                       "config.train.jit_compile=true"):
+        loop.xla_scope(_config(jit_compile=False, xla_scope="whole_step").train, strategy)
 
 
 def test_the_step_seeds_each_pass_as_the_model_does(plain):
