@@ -120,6 +120,7 @@ def test_compare_data_reports_input_synthetic_and_real_rates(tmp_path):
     assert results["profile_dir"] is None and not (tmp_path / "profile").exists()
 
 
+@pytest.mark.slow  # the stream at a forged step has fast tests (tests/data/test_order.py)
 def test_resume_benchmark_times_forged_steps_and_checks_the_stream(tmp_path):
     helpers.write_corpus(str(tmp_path), num_documents=60)
     results = last_json_line(run_tool(
@@ -133,6 +134,7 @@ def test_resume_benchmark_times_forged_steps_and_checks_the_stream(tmp_path):
     assert results["replay_seconds_estimate"] > 0
 
 
+@pytest.mark.slow  # a sweep of real benchmark processes
 def test_sweep_writes_a_table_and_records_a_failed_point(tmp_path):
     out = tmp_path / "sweep"
     result = run_tool("benchmark_sweep.py", "--config=configs/electra.py:tiny",

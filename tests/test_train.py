@@ -2,6 +2,7 @@
 
 import concurrent.futures
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import sys
 import pytest
 import tensorflow as tf
 
+from electra_tf.data import order
 from tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -134,9 +136,26 @@ def test_resuming_with_another_model_or_batch_is_refused(data, tmp_path):
     for override, message in (("--config.model.generator_hidden_fraction=0.25",
                                "config.model.generator_hidden_size=16, "
                                "config.model.generator_intermediate_size=64, but the run"),
-                              ("--config.train.batch_size=8", "config.train.batch_size=8")):
+                              ("--config.train.batch_size=8", "config.train.batch_size=8"),
+                              ("--config.data.shuffle_buffer=500",
+                               "config.data.shuffle_buffer=500")):
         result = _train(data, str(workdir), "--config.data.eval_files=", override, steps=4)
         assert result.returncode == 2, result.stderr[-2000:]
         last = result.stderr.strip().splitlines()[-1]
         assert message in last and "was started with" in last, last
     assert sorted(str(p) for p in workdir.rglob("*")) == before
+
+
+@pytest.mark.slow  # two training processes
+def test_a_run_begun_with_the_older_data_order_resumes_and_is_told(data, tmp_path):
+    """It reads other examples from there on than the older version would have."""
+    workdir = tmp_path / "run"
+    result = _train(data, str(workdir), "--config.data.eval_files=",
+                    "--config.train.checkpoint_every=2", steps=2)
+    assert result.returncode == 0, result.stderr[-2000:]
+    saved = json.loads((workdir / "config.json").read_text())
+    assert saved.pop("data_order") == order.VERSION
+    (workdir / "config.json").write_text(json.dumps(saved))
+    result = _train(data, str(workdir), "--config.data.eval_files=", steps=4)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "was started with an older data order (a shuffle buffer)" in result.stderr

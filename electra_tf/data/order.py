@@ -30,6 +30,9 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import errors
+from electra_tf import progress as progress_lib
+
 # Records per chunk: the unit of reading and of the epoch's permutation. The writer
 # records every shard's byte offset of records 0, CHUNK, 2·CHUNK, ... in its manifest.
 CHUNK = 256
@@ -37,6 +40,14 @@ CHUNK = 256
 VERSION = f"chunks-{CHUNK}"
 # Chunks read at a time (in parallel, in order).
 _CYCLE = 16
+
+
+class UnreadableShard(errors.UserError):
+    """A shard whose record framing breaks off: the message names it."""
+
+    def __init__(self, message: str, file: str):
+        super().__init__(message)
+        self.file = file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,14 +76,15 @@ def chunk_offsets(path: str) -> tuple[list[int], int]:
         while position < size:
             header = f.read(12)  # uint64 length, uint32 masked CRC of the length
             if len(header) < 12:
-                raise ValueError(f"{path}: a record header is cut off at byte {position}")
+                raise UnreadableShard(f"{path}: a record header is cut off at byte "
+                                      f"{position}", path)
             if count % CHUNK == 0:
                 offsets.append(position)
             length = struct.unpack("<Q", header[:8])[0]
             position += 12 + length + 4  # header, data, uint32 masked CRC of the data
             if position > size:
-                raise ValueError(f"{path}: the last record runs past the end of the file "
-                                 f"({position} > {size} bytes)")
+                raise UnreadableShard(f"{path}: the last record runs past the end of the "
+                                      f"file ({position} > {size} bytes)", path)
             f.seek(position)
             count += 1
     return offsets, count
@@ -83,15 +95,25 @@ def chunks_of(files: list[str], log=None) -> Chunks:
     `chunk_offsets` per shard), or read off the record headers of shards it lacks."""
     log = log or logging.info
     listings = {}
+    for directory in {os.path.dirname(path) for path in files}:
+        listings[directory] = _listed_offsets(directory)
+    unlisted = [p for p in files
+                if os.path.basename(p) not in listings[os.path.dirname(p)]]
+    indexed = {}
+    if unlisted:
+        # Data from other tools (the original ELECTRA's) or from before the offsets were
+        # written: read at every start, as long as reading the headers takes.
+        log(f"indexing {len(unlisted)} shard(s) without chunk offsets in a manifest (a "
+            "seek per record; data made by create_pretraining_data carries them)")
+        progress = progress_lib.Progress(len(unlisted), "shards", log=log)
+        for k, path in enumerate(unlisted):
+            indexed[path] = chunk_offsets(path)
+            progress.update(k + 1)
+        progress.update(len(unlisted), force=True)
     file_index, offsets, counts = [], [], []
     for i, path in enumerate(files):
-        directory = os.path.dirname(path)
-        if directory not in listings:
-            listings[directory] = _listed_offsets(directory)
-        listed = listings[directory].get(os.path.basename(path))
-        if listed is None:
-            log(f"indexing {path} (its manifest has no chunk offsets)")
-            listed = chunk_offsets(path)
+        listed = (listings[os.path.dirname(path)].get(os.path.basename(path))
+                  or indexed[path])
         starts, n = listed
         for k, start in enumerate(starts):
             file_index.append(i)
@@ -113,18 +135,23 @@ def _listed_offsets(directory: str) -> dict:
             for s in manifest["shards"] if "chunk_offsets" in s}
 
 
-def records(chunks: Chunks, seed: int, block_size: int, num_pipelines: int = 1,
+def records(chunks: Chunks, seed: int | None, block_size: int, num_pipelines: int = 1,
             pipeline_id: int = 0, start: int = 0) -> tf.data.Dataset:
     """This pipeline's endless stream of serialized records, from its position `start`.
 
     Every pipeline of a run passes the same `chunks`, `seed` and `block_size`. Record n
-    of the stream is the same bytes whatever `start` the stream began at.
+    of the stream is the same bytes whatever `start` the stream began at. seed=None: an
+    order drawn afresh (but one all pipelines agree on where they split one stream).
     """
     if len(chunks.counts) >= num_pipelines:  # each pipeline reads its own chunks
         mine = chunks.select(np.arange(len(chunks.counts)) % num_pipelines == pipeline_id)
         stream, split, position = pipeline_id, 1, start
     else:  # fewer chunks than pipelines: all read the same stream and take every P-th
         mine, stream, split, position = chunks, -1, num_pipelines, start * num_pipelines
+        if seed is None:
+            seed = 0  # the pipelines must agree on the stream they split
+    if seed is None:
+        seed = int.from_bytes(os.urandom(4), "little")
     dataset = _Epochs(mine, seed, stream, block_size).from_position(position)
     if split > 1:
         dataset = dataset.shard(split, pipeline_id)
@@ -136,7 +163,7 @@ class _Epochs:
 
     def __init__(self, chunks: Chunks, seed: int, stream: int, block_size: int):
         if not chunks.num_records:
-            raise ValueError("no records to read")
+            raise errors.UserError(f"{', '.join(chunks.files)}: no records to train on")
         self.chunks = chunks
         self.block_size = block_size
         self.base = tf.constant([seed, stream], tf.int64)
@@ -180,8 +207,10 @@ class _Epochs:
         per_epoch = self.chunks.num_records
         epoch, offset = divmod(position, per_epoch)
         block, in_block = divmod(offset, self.block_size)
-        # The chunk that holds the block's first record, in this epoch's order.
-        sizes = self.chunks.counts[self._chunk_order(epoch).numpy()]
+        # The chunk that holds the block's first record, in this epoch's order (computed
+        # eagerly, also where the dataset function is traced).
+        with tf.init_scope():
+            sizes = self.chunks.counts[self._chunk_order(epoch).numpy()]
         ends = np.cumsum(sizes)
         first_chunk = int(np.searchsorted(ends, block * self.block_size, side="right"))
         skip = block * self.block_size - (int(ends[first_chunk - 1]) if first_chunk else 0)

@@ -218,9 +218,13 @@ def pretraining_dataset(
     if is_training:
         # Record n of this pipeline's stream is a function of (seed, n): starting at the
         # first record not yet trained on costs the same at any step (data/order.py).
-        chunks = order.chunks_of(files)
-        dataset = order.records(chunks, _seed_or_random(seed), shuffle_buffer, num_pipelines,
-                                pipeline_id, start=skip_batches * batch_size)
+        try:
+            chunks = order.chunks_of(files)
+        except order.UnreadableShard as e:
+            raise DamagedShardError(f"{e}. Re-create the data, or leave the damaged shard(s) "
+                                    "out", e.file) from None
+        dataset = order.records(chunks, seed, shuffle_buffer, num_pipelines, pipeline_id,
+                                start=skip_batches * batch_size)
     else:
         dataset = _read_once(files, num_pipelines, pipeline_id)
     dataset = dataset.batch(batch_size, drop_remainder=True)
@@ -232,7 +236,7 @@ def pretraining_dataset(
                                       masking_config)
     else:
         # The masks of batch i are a pure function of (seed, pipeline, i): a resumed
-        # run, which skips the batches it has trained on, masks the rest as before.
+        # run, which starts after the batches it has trained on, masks the rest as before.
         stream = tf.constant([seed, 2 * pipeline_id + int(is_training)], tf.int64)
         dataset = dataset.enumerate(start=skip_batches)
 
@@ -245,10 +249,6 @@ def pretraining_dataset(
     dataset = dataset.map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=seed is not None)
     return dataset.prefetch(tf.data.AUTOTUNE)
-
-
-def _seed_or_random(seed: int | None) -> int:
-    return seed if seed is not None else int.from_bytes(os.urandom(4), "little")
 
 
 def _read_once(files: list[str], num_pipelines: int, pipeline_id: int) -> tf.data.Dataset:

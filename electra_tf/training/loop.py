@@ -342,7 +342,8 @@ def masking_config(config, vocab) -> masking_lib.MaskingConfig:
 
 
 def distributed_dataset(strategy, files, config, masking, training, step=0):
-    """Masked batches of `files` for `strategy`, skipping the batches `step` steps read."""
+    """Masked batches of `files` for `strategy`, from the first batch after the `step`
+    steps before (found by arithmetic, not by reading them: data/order.py)."""
     def make(context):
         # Each step takes one batch per replica this pipeline feeds.
         per_step = context.num_replicas_in_sync // context.num_input_pipelines
@@ -409,7 +410,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
 
     # ------------------------------------------------------------ checkpoint (resume)
     # Order: variables exist (model and optimizer built) → restore → the data stream,
-    # which skips the batches the restored step has consumed (same seed, same order,
+    # which starts after the batches the restored step has consumed (same seed, same order,
     # same masks: the run continues batch for batch).
     checkpoint_dir = os.path.join(workdir, "checkpoints")
     if not chief:  # other workers must save too (collectives); they write aside

@@ -71,7 +71,7 @@ def test_a_cut_record_is_an_error_naming_the_file(shards, tmp_path):
         data = f.read()
     with open(path, "wb") as f:
         f.write(data[:-7])
-    with pytest.raises(ValueError, match="cut.tfrecord: the last record runs past"):
+    with pytest.raises(order.UnreadableShard, match="cut.tfrecord: the last record runs past"):
         order.chunk_offsets(path)
 
 
@@ -91,12 +91,14 @@ def test_every_epoch_reads_every_record_once(shards):
 
 
 # Positions inside a chunk, at a block's start, across a shard's short last chunk, at the
-# end and the start of an epoch.
-@pytest.mark.parametrize("start", [1, 99, 100, 555, 1999, 2029, 2030, 2031, 4444])
-def test_a_stream_started_anywhere_continues_the_whole_stream(shards, start):
+# end and the start of an epoch; blocks smaller than a chunk, and larger but no multiple.
+@pytest.mark.parametrize("block", [BLOCK, 300])
+def test_a_stream_started_anywhere_continues_the_whole_stream(shards, block):
     chunks = order.chunks_of(shards, log=lambda _: None)
-    whole = _take(order.records(chunks, seed=7, block_size=BLOCK), start + 300)
-    assert _take(order.records(chunks, 7, BLOCK, start=start), 300) == whole[start:]
+    whole = _take(order.records(chunks, seed=7, block_size=block), 4444 + 100)
+    for start in (1, 99, 100, 555, 1999, 2029, 2030, 2031, 4444):
+        assert _take(order.records(chunks, 7, block, start=start), 100) == \
+            whole[start:start + 100], start
 
 
 @pytest.mark.parametrize("num_pipelines", [2, 3, 12])  # 10 chunks: by chunk, then by record
@@ -104,22 +106,36 @@ def test_each_pipeline_started_anywhere_continues_its_stream(shards, num_pipelin
     chunks = order.chunks_of(shards, log=lambda _: None)
     by_chunk = num_pipelines <= len(chunks.counts)
     pipelines = range(num_pipelines) if by_chunk else (0, num_pipelines - 1)
-    streams = {p: _take(order.records(chunks, 7, BLOCK, num_pipelines, p), 350)
+    # Each pipeline's epoch: its chunks' records (by chunk), or every P-th record.
+    epoch = {p: (int(chunks.counts[p::num_pipelines].sum()) if by_chunk
+                 else -(-(chunks.num_records - p) // num_pipelines)) for p in pipelines}
+    streams = {p: _take(order.records(chunks, 7, BLOCK, num_pipelines, p), epoch[p] + 80)
                for p in pipelines}
     for p, stream in streams.items():
-        for start in (13, 250):
+        for start in (13, epoch[p] - 20, epoch[p] + 10):  # across the epoch's end, after
             assert _take(order.records(chunks, 7, BLOCK, num_pipelines, p, start=start),
-                         100) == stream[start:start + 100]
-    if by_chunk:  # the pipelines' records are disjoint
-        epoch_sets = [set(s[:100]) for s in streams.values()]
-        for i in range(num_pipelines):
-            for j in range(i + 1, num_pipelines):
-                assert not epoch_sets[i] & epoch_sets[j]
+                         60) == stream[start:start + 60]
+    if by_chunk:  # within an epoch, each pipeline reads its own records, once
+        first = [stream[:epoch[p]] for p, stream in streams.items()]
+        assert sum(len(set(f)) for f in first) == sum(len(f) for f in first) == sum(SIZES)
+        assert len(set().union(*first)) == sum(SIZES)
 
 
-def test_starting_a_trillion_records_in_costs_what_starting_at_ten_does(shards):
-    """No record before the start is read: a stream at 10^12 is made at once, and is
-    the same stream as one made a few records earlier."""
+def test_pipelines_splitting_one_stream_agree_on_it_without_a_seed(shards):
+    """Fewer chunks than pipelines: each takes every P-th record of one stream, which
+    they must all draw alike, also without a seed: together they read each record once."""
+    chunks = order.chunks_of(shards, log=lambda _: None)
+    num_pipelines = 12  # > 10 chunks
+    per_pipeline = sum(SIZES) // num_pipelines
+    taken = [_take(order.records(chunks, None, BLOCK, num_pipelines, p), per_pipeline)
+             for p in range(num_pipelines)]
+    together = [x for t in taken for x in t]
+    assert len(set(together)) == len(together) == per_pipeline * num_pipelines
+
+
+def test_a_stream_starts_a_trillion_records_in(shards):
+    """No record before the start is read (re-reading 10^12 records would not end): a
+    stream at 10^12 is made, and is the stream made a few records earlier."""
     chunks = order.chunks_of(shards, log=lambda _: None)
     far = 10**12
     earlier = _take(order.records(chunks, 7, BLOCK, start=far - 5), 105)

@@ -92,11 +92,13 @@ def _config(task, pretrained, data_dir, **train):
     return config
 
 
-# RTE (sentence pairs) is slow: the exported-classifier test below covers pairs quickly.
+# RTE (sentence pairs) and STS-B (regression) are slow: the exported-classifier test
+# below covers pairs quickly, test_glue.py and test_glue_metrics.py the regression task
+# and its metric.
 @pytest.mark.parametrize("task, metric, chance", [
     ("sst2", "accuracy", 0.5),
     pytest.param("rte", "accuracy", 0.5, marks=pytest.mark.slow),
-    ("stsb", "spearman", 0.0)])
+    pytest.param("stsb", "spearman", 0.0, marks=pytest.mark.slow)])
 def test_toy_task_beats_chance_and_writes_results(task, metric, chance, pretrained, tmp_path):
     data = _toy_data(tmp_path, task, 192, 64)
     workdir = str(tmp_path / "run")

@@ -350,6 +350,7 @@ def test_electra_tf_workdir_round_trip_is_exact(original, weights, tmp_path):
     assert probability["replaced_probability"].shape == (1, 8)
 
 
+@pytest.mark.slow  # trains; the conversion itself has fast round-trip tests
 def test_converted_workdir_resumes_pretraining(original, weights, tmp_path):
     from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
     out = str(tmp_path / "run")

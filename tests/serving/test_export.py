@@ -149,6 +149,7 @@ def test_bad_output_and_workdir_are_one_line_errors(run, tmp_path):
         export.export_run(str(empty), str(tmp_path / "m" / "1"))
 
 
+@pytest.mark.slow  # two export processes
 def test_a_crash_mid_export_leaves_no_version_and_the_next_export_works(run, tmp_path,
                                                                         monkeypatch):
     output = tmp_path / "models" / "electra" / "3"

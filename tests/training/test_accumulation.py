@@ -173,3 +173,16 @@ def test_the_step_seeds_each_pass_as_the_model_does(plain):
     np.testing.assert_allclose(float(loss), model, rtol=1e-6, err_msg=f"alike {alike}")
     # 4e-5 of the loss as measured, against ~1e-7 of rounding between XLA programs.
     assert abs(alike - model) > 1e-5 * abs(model), (alike, model)
+
+
+def test_gradients_add_dense_sliced_and_absent():
+    """A micro-batch's gradient is added whether it is dense, IndexedSlices (an
+    embedding's rows, repeated rows summed) or None (a variable the pass did not use)."""
+    total = tf.ones([4, 2])
+    sliced = tf.IndexedSlices(tf.constant([[1.0, 2.0], [3.0, 4.0]]), tf.constant([1, 1]),
+                              tf.constant([4, 2]))
+    np.testing.assert_array_equal(loop._add_gradient(total, sliced).numpy(),
+                                  [[1, 1], [5, 7], [1, 1], [1, 1]])
+    np.testing.assert_array_equal(loop._add_gradient(total, 2 * total).numpy(),
+                                  3 * np.ones([4, 2]))
+    assert loop._add_gradient(total, None) is total

@@ -321,7 +321,9 @@ def test_every_batch_tensor_has_a_static_shape(data):
             assert tensor_spec.shape.as_list() == [batch_size, width], (kwargs, name)
 
 
-@pytest.mark.parametrize("accumulation_steps,remat", [(1, "none"), (2, "blocks")])
+# The plain step compiles in the fast suite; with micro-batches and recomputation (slow).
+@pytest.mark.parametrize("accumulation_steps,remat", [
+    (1, "none"), pytest.param(2, "blocks", marks=pytest.mark.slow)])
 def test_the_whole_step_compiles_with_xla_on_one_device(data, accumulation_steps, remat):
     """What TPUStrategy does with the step: XLA over forward, backward, all-reduce,
     optimizer and metrics, with static shapes (no bounded-dynamic dimension in the HLO);
