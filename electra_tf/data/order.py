@@ -218,7 +218,11 @@ class _Epochs:
                             tf.constant(block, tf.int64), in_block)
         rest = tf.data.Dataset.range(epoch + 1, 2**62).flat_map(
             lambda e: self._epoch(e, 0, 0, tf.constant(0, tf.int64), 0))
-        return first.concatenate(rest)
+        # Said, since flat_map's cardinality is unknown: tf.distribute gives an endless
+        # dataset's batches their static shape on every worker (a finite one may end on
+        # one worker first, so multi-worker iterators would make the batch size dynamic).
+        return first.concatenate(rest).apply(
+            tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
 
 
 def _read_chunk(file, offset, count):

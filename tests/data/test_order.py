@@ -75,6 +75,14 @@ def test_a_cut_record_is_an_error_naming_the_file(shards, tmp_path):
         order.chunk_offsets(path)
 
 
+def test_the_stream_is_endless_to_tf_data(shards):
+    """Multi-worker iterators keep static batch shapes only for endless datasets."""
+    chunks = order.chunks_of(shards, log=lambda _: None)
+    for num_pipelines in (1, 12):  # by chunk, by record
+        dataset = order.records(chunks, 7, BLOCK, num_pipelines, 0, start=3000)
+        assert dataset.cardinality() == tf.data.INFINITE_CARDINALITY
+
+
 def test_every_epoch_reads_every_record_once(shards):
     chunks = order.chunks_of(shards, log=lambda _: None)
     total = sum(SIZES)

@@ -319,6 +319,8 @@ def test_every_batch_tensor_has_a_static_shape(data):
             width = SEQ if name in ("input_ids", "input_mask", "segment_ids",
                                     "masked_input_ids") else masking_config.max_predictions
             assert tensor_spec.shape.as_list() == [batch_size, width], (kwargs, name)
+        if kwargs["is_training"]:  # endless: multi-worker iterators keep the shapes static
+            assert dataset.cardinality() == tf.data.INFINITE_CARDINALITY, kwargs
 
 
 # The plain step compiles in the fast suite; with micro-batches and recomputation (slow).
