@@ -102,6 +102,7 @@ def test_train_benchmark_prints_one_json_line_last_and_profiles(tmp_path):
     assert len(results["step_times_s"]) == 2
 
 
+@pytest.mark.slow  # the train benchmark's fast test covers its JSON
 def test_compare_data_reports_input_synthetic_and_real_rates(tmp_path):
     helpers.write_corpus(str(tmp_path), num_documents=60)  # the cached corpus.txt: small
     results = last_json_line(run_tool(

@@ -127,6 +127,7 @@ def test_bad_config_is_a_one_line_error_and_writes_nothing(bad_config_runs, over
     assert not workdir.exists() or not any(workdir.iterdir())
 
 
+@pytest.mark.slow  # five training processes; bad configs have fast one-line tests
 def test_resuming_with_another_model_or_batch_is_refused(data, tmp_path):
     workdir = tmp_path / "run"
     result = _train(data, str(workdir), "--config.data.eval_files=",

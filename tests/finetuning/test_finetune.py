@@ -164,6 +164,7 @@ def test_exported_classifier_runs_in_the_session_loader(pretrained, tmp_path):
     np.testing.assert_allclose(got["probabilities"], direct["probabilities"], atol=1e-6)
 
 
+@pytest.mark.slow  # three fine-tuning processes
 def test_binary_resumes_and_refuses_bad_input(pretrained, tmp_path):
     data = _toy_data(tmp_path, "sst2", 48, 16)
     workdir = str(tmp_path / "run")
