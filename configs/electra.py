@@ -22,8 +22,7 @@ _PAPER = {
 def get_config(size: str = "small") -> ml_collections.ConfigDict:
     """The config for one model size."""
     if size not in _PAPER:
-        raise ValueError(f"configs/electra.py: unknown size {size!r}; "
-                         f"choose one of {', '.join(_PAPER)}")
+        raise ValueError(f"unknown size {size!r}; choose one of {', '.join(_PAPER)}")
     batch_size, steps, learning_rate, generator_fraction = _PAPER[size]
     tiny = size == "tiny"
     config = ml_collections.ConfigDict()
@@ -83,6 +82,8 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
     config.train.log_every = 20 if tiny else 100  # steps between log lines and summaries
     config.train.eval_every = 100 if tiny else 10_000  # steps between evaluations
     config.train.eval_steps = 20 if tiny else 100  # batches per evaluation
+    config.train.eval_predictions = 3         # held-out sequences shown at each evaluation
+                                              # (TensorBoard text "predictions"); 0: none
     config.train.seed = 0                     # init, data order, sampling
     config.train.mixed_precision = "auto"     # auto|float32|bfloat16|float16 (auto: bf16 on
                                               # TPU and Ampere+ GPUs, fp16 older GPUs, fp32 CPU)

@@ -18,11 +18,11 @@ def get_config(arg: str = "mrpc") -> ml_collections.ConfigDict:
     task_name, _, size = arg.partition(",")
     size = size or "small"
     if task_name not in glue.TASKS:
-        raise ValueError(f"configs/finetune.py: unknown task {task_name!r}; choose one of "
+        raise ValueError(f"unknown task {task_name!r}; choose one of "
                          f"{', '.join(glue.TASKS)}")
     task = glue.TASKS[task_name]
     if size not in task.learning_rate:
-        raise ValueError(f"configs/finetune.py: unknown size {size!r}; choose one of "
+        raise ValueError(f"unknown size {size!r}; choose one of "
                          f"{', '.join(task.learning_rate)}")
     config = ml_collections.ConfigDict()
     config.task = task_name               # from TASK above: the defaults below are its own

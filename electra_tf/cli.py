@@ -16,7 +16,25 @@ import sys
 # TF's C++ start-up chatter (no CUDA here, oneDNN notes) hides the tool's own output.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import logging  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
 from electra_tf import errors  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+# Libraries whose INFO lines are their internals, not our progress (TF's checkpoint saver
+# logs "Sharding callback duration: N microseconds" after every save through absl, the
+# logger our own progress lines use). Their warnings and errors still show.
+_QUIET_INFO = tuple(os.sep + name + os.sep for name in (
+    "tensorflow", "keras", "tf_keras", "tensorflow_datasets", "tensorflow_text"))
+
+
+class _LibraryInfoFilter(logging.Filter):
+    def filter(self, record):
+        return record.levelno >= logging.WARNING or not any(
+            part in record.pathname for part in _QUIET_INFO)
+
+
+absl_logging.get_absl_logger().addFilter(_LibraryInfoFilter())
 
 
 def run_main(main, argv):
@@ -38,19 +56,61 @@ def parse_flags(argv):
     from absl import flags  # pylint: disable=g-import-not-at-top
 
     try:
-        return flags.FLAGS(argv)
-    except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
-        message = str(e).replace("\\n", " ").replace("\\'", "'")
-        if len(message) > 1 and message[0] == message[-1] and message[0] in "'\"":
-            message = message[1:-1]  # ml_collections' errors are reprs of messages
-        message = " ".join(message.split())
-        if isinstance(e, (AttributeError, KeyError)):  # name the override it came from
-            key = message.split("'")[1] if message.count("'") >= 2 else None
-            culprit = [a for a in argv[1:] if key and a.split("=")[0].endswith("." + key)]
-            if culprit:
-                message = f"{culprit[0].split('=')[0]}: no such key: {message}"
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
+        parsed = flags.FLAGS(argv)
+    except (flags.Error, AttributeError, KeyError, TypeError, ValueError, OSError) as e:
+        _exit_with(_unreadable_config_file(e, argv) or _config_file_error(e)
+                   or _override_error(e, argv))
+    for name in flags.FLAGS:
+        value = flags.FLAGS[name].value
+        if type(value).__name__ == "_ErrorConfig":  # read when used: read it now
+            _exit_with(_unreadable_config_file(object.__getattribute__(value, "_error"),
+                                               argv))
+    return parsed
+
+
+def _unreadable_config_file(e, argv) -> str | None:
+    """ml_collections keeps a config file it cannot read as a config that raises
+    `IOError` when used, or as soon as an override sets a field of it."""
+    if not isinstance(e, OSError) or "Failed loading config file" not in str(e):
+        return None
+    given = [a for a in argv[1:] if a.startswith("--") and "=" in a
+             and not a.split("=")[0].count(".") and a.split("=", 1)[1].split(":")[0]
+             .endswith(".py")]
+    reason = str(e).strip().splitlines()[-1].strip()
+    return f"{given[-1] if given else 'config'}: cannot read the config file ({reason})"
+
+
+def _exit_with(message):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _config_file_error(e) -> str | None:
+    """`--config=FILE:ARG: <reason>` for an error that a config file's `get_config`
+    raised. ml_collections re-raises it with the traceback as its message (and absl
+    prefixes the flag): the reason is the first error of the chain."""
+    marker = ": Error whilst parsing config file"
+    if marker not in str(e):
+        return None
+    flag = str(e).split(marker)[0].removeprefix("flag ")
+    first = e
+    while first.__context__ is not None:
+        first = first.__context__
+    return f"{flag}: {' '.join(str(first).split())}"
+
+
+def _override_error(e, argv) -> str:
+    """A bad flag or `--config.KEY=VALUE` override, in one line."""
+    message = str(e).replace("\\n", " ").replace("\\'", "'")
+    if len(message) > 1 and message[0] == message[-1] and message[0] in "'\"":
+        message = message[1:-1]  # ml_collections' errors are reprs of messages
+    message = " ".join(message.split())
+    if isinstance(e, (AttributeError, KeyError)):  # name the override it came from
+        key = message.split("'")[1] if message.count("'") >= 2 else None
+        culprit = [a for a in argv[1:] if key and a.split("=")[0].endswith("." + key)]
+        if culprit:
+            message = f"{culprit[0].split('=')[0]}: no such key: {message}"
+    return message
 
 
 def app_run(main):

@@ -29,7 +29,7 @@ def main(argv):
     logging.set_verbosity(logging.INFO)
     results = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
     print("final metrics: " + " ".join(f"{k}={v:.4f}" for k, v in results.items()))
-    print(f"TensorBoard: tensorboard --logdir={os.path.join(_WORKDIR.value, 'logs')}")
+    print(f"TensorBoard: tensorboard --logdir={_WORKDIR.value}")
 
 
 if __name__ == "__main__":

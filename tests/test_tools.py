@@ -83,3 +83,32 @@ def test_data_made_for_another_length_is_refused(workdir):
                  "--max_seq_length=128")
     assert result.returncode == 2
     assert "max_seq_length is 64 but the run uses max_seq_length=128" in result.stderr
+
+
+def test_show_predictions_of_text_and_data(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    vocab, _ = helpers.write_pretrained_run(str(run_dir), max_seq_length=16)
+    data = helpers.make_data(str(tmp_path), vocab, max_seq_length=16, num_shards=1)
+    page = tmp_path / "view.html"
+    result = run("show_predictions.py", f"--workdir={run_dir}",
+                 "--text=the cat sat on the mat .", "--text=a big red house",
+                 f"--html={page}")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith("ckpt-1")      # the checkpoint it read
+    assert [l.split(":")[0] for l in lines if l.startswith("sequence")] == [
+        "sequence 1", "sequence 2"]
+    # A pipe gets no colour: the probabilities are written out, replaced tokens marked.
+    assert "\033[" not in result.stdout
+    shown = [lines[i + 1] for i, l in enumerate(lines) if l.startswith("sequence")]
+    assert all(s.startswith("[CLS] ") and "[SEP]" in s for s in shown), shown
+    # Every sequence has a masked token (marked _kept_ or *sample(original)*), with its
+    # probability.
+    assert all(("_[" in s or ")*[" in s) for s in shown), shown
+    assert "<table>" in page.read_text() and "the cat sat" not in page.read_text()
+
+    result = run("show_predictions.py", f"--workdir={run_dir}", f"--data={data}",
+                 "--num_examples=2", "--colour=always")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\nsequence ") == 2 and "\033[" in result.stdout

@@ -26,14 +26,44 @@ def _train(data, workdir, *overrides, steps=300):
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
-def _scalars(logdir, tag):
-    values = []
+def _summaries(logdir, tag, value_of):
+    out = []
     for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
                 if value.tag == tag:
-                    values.append((event.step, float(tf.make_ndarray(value.tensor))))
-    return sorted(values)
+                    out.append((event.step, value_of(tf.make_ndarray(value.tensor))))
+    return sorted(out)
+
+
+def _scalars(logdir, tag):
+    return _summaries(logdir, tag, float)
+
+
+def _texts(logdir, tag):
+    return _summaries(logdir, tag, lambda array: array.item().decode())
+
+
+def _hparams_dashboard(logdir):
+    """(hparam names, {(group, tag)} metrics) that TensorBoard's HParams plugin shows for
+    `--logdir=logdir`, computed by its own backend."""
+    # pylint: disable=g-import-not-at-top
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider
+    from tensorboard.backend.event_processing import plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.hparams import backend_context
+    multiplexer = plugin_event_multiplexer.EventMultiplexer()
+    multiplexer.AddRunsFromDirectory(logdir)
+    multiplexer.Reload()
+    backend = backend_context.Context(base_plugin.TBContext(
+        logdir=logdir, multiplexer=multiplexer,
+        data_provider=data_provider.MultiplexerDataProvider(multiplexer, logdir)))
+    request = context.RequestContext()
+    experiment = backend.experiment_from_metadata(
+        request, "", True, backend.hparams_metadata(request, ""), None)
+    return ({h.name for h in experiment.hparam_infos},
+            {(m.name.group, m.name.tag) for m in experiment.metric_infos})
 
 
 def _final_metrics(stdout):
@@ -67,6 +97,15 @@ def test_tiny_run_learns_logs_and_resumes(data, tmp_path):
     for tag in train_tags:
         assert _scalars(os.path.join(workdir, "logs", "train"), tag), tag
     assert _scalars(os.path.join(workdir, "logs", "eval"), "disc_auc")[-1][0] == 300
+    # The predictions view of three held-out sequences at the evaluation.
+    views = _texts(os.path.join(workdir, "logs", "eval"), "predictions")
+    assert [step for step, _ in views] == [300]
+    assert views[0][1].count("**Sequence") == 3 and "| P(replaced) |" in views[0][1]
+    # TensorBoard's HParams dashboard (its own backend) lists the run's config and its
+    # eval metrics, with TensorBoard started at the workdir.
+    hparams, metrics = _hparams_dashboard(os.path.dirname(workdir))
+    assert {"train.learning_rate", "model.size"} <= hparams
+    assert {("eval", "disc_auc"), ("eval", "masked_lm_accuracy"), ("train", "loss")} <= metrics
     assert "ETA" in result.stderr and "steps/s" in result.stderr
     assert os.path.exists(os.path.join(workdir, "config.json"))
     assert os.path.exists(os.path.join(workdir, "vocab.txt"))
@@ -84,6 +123,11 @@ def test_tiny_run_learns_logs_and_resumes(data, tmp_path):
 BAD_CONFIGS = {  # override: what the error line names
     "--config.train.batch_sise=8": "--config.train.batch_sise: no such key",
     "--config.model.size=huge": "config.model.size",
+    # A bad --config=FILE:ARG: the reason and the choices, no traceback text.
+    "--config=configs/electra.py:huge": "error: --config=configs/electra.py:huge: unknown "
+                                        "size 'huge'; choose one of tiny, small, base, large",
+    "--config=configs/nothere.py:tiny": "error: --config=configs/nothere.py:tiny: cannot "
+                                        "read the config file ([Errno 2] No such file",
     "--config.data.vocab_file=": "config.data.vocab_file",
     "--config.data.train_files=/nonexistent/*.tfrecord": "config.data.train_files",
     "--config.data.max_seq_length=64": "max_seq_length=64",
@@ -123,7 +167,7 @@ def test_bad_config_is_a_one_line_error_and_writes_nothing(bad_config_runs, over
     assert result.returncode == 2, result.stderr[-2000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and BAD_CONFIGS[override] in last, last
-    assert "Traceback" not in result.stderr
+    assert "Traceback" not in result.stderr and "File \"" not in result.stderr
     assert not workdir.exists() or not any(workdir.iterdir())
 
 

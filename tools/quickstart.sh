@@ -41,7 +41,9 @@ Done. The evaluation above is on held-out documents: disc_auc above 0.5 means th
 discriminator tells replaced tokens from original ones. A tiny model learns little: about
 0.53 after 600 steps, and no more after 3,000 (its generator improves too, so the
 replacements get harder). For real results pre-train small or larger on your own corpus.
-  TensorBoard:  tensorboard --logdir=$workdir/run/logs
+  TensorBoard:  tensorboard --logdir=$workdir/run   (Text: "predictions", what the
+                model does to held-out sequences; HParams: the config and the metrics)
+  Look at it:   python tools/show_predictions.py --workdir=$workdir/run --text="Your sentence."
   Your corpus:  the same steps with --input='your/*.txt' (or --tfds=NAME) and a bigger
                 --vocab_size (30522 as in the paper), then
                 python -m electra_tf.train --config=configs/electra.py:small --workdir=DIR \\

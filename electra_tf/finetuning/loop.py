@@ -224,6 +224,7 @@ def finetune(config, workdir: str, strategy=None) -> dict:
     eval_writers = {s: tf.summary.create_file_writer(os.path.join(workdir, "logs", s))
                     for s in evals}
     summaries.write_config(train_writer, config)
+    summaries.write_hparams(os.path.join(workdir, "logs"), config)  # dev metrics per run
     eval_data = {s: _dataset(e, packer, batch, False, config.train.seed)
                  for s, e in evals.items()}
 

@@ -43,6 +43,7 @@ from electra_tf.text import tokenizer
 from electra_tf.training import distribute
 from electra_tf.training import metrics as metrics_lib
 from electra_tf.training import optimizer as optimizer_lib
+from electra_tf.training import predictions
 from electra_tf.training import preemption
 from electra_tf.training import summaries
 
@@ -403,6 +404,10 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     masking = masking_config(config, vocab)
     eval_data = (distributed_dataset(strategy, eval_files, config, masking, training=False)
                  if eval_files else None)
+    shown = config.train.get("eval_predictions", 3) if eval_files and chief else 0
+    shown_batch = (next(iter(pipeline.pretraining_dataset(
+        eval_files, shown, config.data.max_seq_length, masking, is_training=False,
+        seed=config.train.seed).take(1)), None) if shown else None)
 
     # ------------------------------------------------------------ model, optimizer
     _check_same_run(config, workdir, vocab)
@@ -437,6 +442,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         train_writer = tf.summary.create_file_writer(os.path.join(workdir, "logs", "train"))
         eval_writer = tf.summary.create_file_writer(os.path.join(workdir, "logs", "eval"))
         summaries.write_config(train_writer, config)
+        summaries.write_hparams(os.path.join(workdir, "logs"), config)
     else:
         train_writer = eval_writer = tf.summary.create_noop_writer()
 
@@ -508,6 +514,8 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                     summaries.write_scalars(eval_writer, results, step)
                     logging.info("eval at step %d: %s", step,
                                  " ".join(f"{k} {v:.4f}" for k, v in results.items()))
+                    if shown_batch is not None:
+                        _write_predictions(eval_writer, trainer, shown_batch, vocab, step)
                     last_time = time.time()  # evaluation time is not training time
 
             if sigterm.received.is_set():
@@ -546,6 +554,16 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     if not chief:
         tf.io.gfile.rmtree(os.path.join(workdir, "tmp"))
     return results
+
+
+def _write_predictions(writer, trainer, batch, vocab, step):
+    """The predictions view of the first held-out sequences (the same ones, masks and
+    sampling noise at every evaluation), as a text summary: what the model does to them."""
+    uniform = predictions.noise(trainer.config.train.seed, *batch["masked_lm_ids"].shape)
+    shown = predictions.views(trainer.model, batch, vocab, uniform)
+    with writer.as_default(step=step):
+        tf.summary.text("predictions", predictions.markdown(shown))
+    writer.flush()
 
 
 # What a collective raises when a peer worker dies: its socket closes (Unavailable), or
