@@ -47,6 +47,12 @@ def main(argv):
           f"{result.num_documents:,} documents) in {num_shards} shard(s) to "
           f"{_OUTPUT_DIR.value}: {mb:.1f} MB in {result.seconds:.1f}s "
           f"({mb / max(result.seconds, 1e-9):.1f} MB/s)")
+    if result.truncated_tokens:
+        share = 100 * result.truncated_tokens / (result.num_tokens + result.truncated_tokens)
+        print(f"note: {result.truncated_tokens:,} tokens ({share:.1f}% of the text) were cut "
+              f"from {result.truncated_examples:,} examples whose sentences overran "
+              f"max_seq_length={_MAX_SEQ_LENGTH.value}, as the original ELECTRA's packing "
+              "does (recorded in the manifest: truncated_tokens)")
     print(f"manifest: {result.manifest_path}")
 
 

@@ -93,7 +93,8 @@ class ExampleBuilder:
 
     Calls return the finished example as `(input_ids, num_first)`, where the first
     `num_first` ids are `[CLS] A [SEP]`, or None while an example is still growing.
-    Deterministic for a given `seed`.
+    Deterministic for a given `seed`. What the cuts drop is counted, never silent:
+    `truncated_tokens` (tokens of the text left out) in `truncated_examples` examples.
     """
 
     def __init__(self, max_seq_length: int, cls_id: int, sep_id: int, seed: int = 0,
@@ -108,6 +109,8 @@ class ExampleBuilder:
         self._rng = rng or random.Random(seed)  # `rng` lets tests script the draws
         self._sentences: list[list[int]] = []
         self._length = 0
+        self.truncated_tokens = 0
+        self.truncated_examples = 0
 
     def add_sentence(self, token_ids: list[int]):
         """Adds one tokenized sentence; returns a finished example or None."""
@@ -141,8 +144,12 @@ class ExampleBuilder:
             else:
                 second += sentence
 
-        first = first[:self._max_length - 2]
-        second = second[:max(0, self._max_length - len(first) - 3)]
+        kept_first = first[:self._max_length - 2]
+        kept_second = second[:max(0, self._max_length - len(kept_first) - 3)]
+        cut = len(first) + len(second) - len(kept_first) - len(kept_second)
+        self.truncated_tokens += cut
+        self.truncated_examples += cut > 0
+        first, second = kept_first, kept_second
 
         self._sentences = []
         self._length = 0

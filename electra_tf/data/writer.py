@@ -52,6 +52,8 @@ class WriteResult:
     input_bytes: int
     seconds: float
     manifest_path: str
+    truncated_tokens: int = 0  # wordpieces the packing cut (in the manifest too)
+    truncated_examples: int = 0
 
 
 def _tokenized_batches(lines: Iterable[str], tokenizer, failures: list) -> tf.data.Dataset:
@@ -90,7 +92,7 @@ class _Packer:
     """Feeds tokenized line batches to an `ExampleBuilder`; returns flat example batches."""
 
     def __init__(self, builder: examples.ExampleBuilder):
-        self._builder = builder
+        self.builder = builder
         self._previous_end = True
         self.num_documents = self.num_sentences = self.num_tokens = 0
 
@@ -99,7 +101,7 @@ class _Packer:
         flat = flat.numpy().tolist()  # one conversion per batch, then list slices
         splits = splits.numpy().tolist()
         ends = is_end.numpy().tolist()
-        builder = self._builder
+        builder = self.builder
         ids, lengths, firsts = [], [], []
         for i, end in enumerate(ends):
             example = (builder.end_document() if end else
@@ -115,7 +117,7 @@ class _Packer:
         return self._batch(ids, lengths, firsts)
 
     def finish(self):
-        example = self._builder.end_document()
+        example = self.builder.end_document()
         if not example:
             return self._batch([], [], [])
         return self._batch(example[0], [len(example[0])], [example[1]])
@@ -218,7 +220,8 @@ def write_pretraining_data(
 
     result = WriteResult(num_examples, packer.num_documents, packer.num_sentences,
                          packer.num_tokens,
-                         source.stats.bytes, progress.elapsed(), manifest_path)
+                         source.stats.bytes, progress.elapsed(), manifest_path,
+                         packer.builder.truncated_tokens, packer.builder.truncated_examples)
     manifest = {
         "format": MANIFEST_FORMAT,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -226,6 +229,10 @@ def write_pretraining_data(
         "num_documents": packer.num_documents,
         "num_sentences": packer.num_sentences,
         "num_tokens": packer.num_tokens,
+        # Text the original's packing cuts (a segment longer than its share of
+        # max_seq_length): left out of every example, counted here.
+        "truncated_tokens": packer.builder.truncated_tokens,
+        "truncated_examples": packer.builder.truncated_examples,
         "max_seq_length": max_seq_length,
         "seed": seed,
         "vocab": {"file": os.path.abspath(vocab.path), "sha256": vocab.sha256,

@@ -24,8 +24,11 @@ import gzip
 import os
 import re
 import sysconfig
+import unicodedata
 import zlib
 from typing import Iterable, Iterator
+
+from icu4py import breakers as icu_breakers
 
 from electra_tf import errors
 
@@ -33,12 +36,16 @@ from electra_tf import errors
 # sentence anyway, and a multi-megabyte "sentence" would only cost memory.
 MAX_LINE_CHARS = 1_000_000
 
-# Sentence ends: ., ! or ? (optionally closed by a quote or bracket), then space, then a
-# capital (any script), digit, quote or bracket (checked in `split_sentences`).
-# Lower-case continuations ("e.g. the") never split.
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=\S)")
-_ABBREVIATIONS = frozenset(
-    ("e.g.", "i.e.", "etc.", "vs.", "cf.", "Mr.", "Dr.", "No.", "approx."))
+# Abbreviations after which a sentence does not end, although ICU's sentence rules end it
+# there (they end a sentence at ". " before a capital unless CLDR's suppressions list the
+# word; those are not used: see `split_sentences`). Matched as whole words.
+_ABBREVIATIONS = frozenset((
+    "e.g.", "i.e.", "etc.", "vs.", "cf.", "approx.", "ca.", "al.", "Mr.", "Mrs.", "Ms.",
+    "Dr.", "Prof.", "St.", "Jr.", "Sr.", "Mt.", "No.", "Nos.", "Fig.", "Figs.", "Vol.",
+    "Ch.", "Sec.", "Eq.", "pp.", "Inc.", "Ltd.", "Co.", "Corp.", "Jan.", "Feb.", "Mar.",
+    "Apr.", "Aug.", "Sep.", "Sept.", "Oct.", "Nov.", "Dec."))
+# Opening brackets and quotes (Unicode categories Ps and Pi).
+_OPENING = "".join(chr(c) for c in range(0x10000) if unicodedata.category(chr(c)) in ("Ps", "Pi"))
 _RULE_LINE = re.compile(r"^\s*([=*\-~^#+_.])\1{2,}\s*$")  # reST heading underlines
 _LETTER = re.compile(r"[^\W\d_]")
 
@@ -82,27 +89,41 @@ class CorpusStats:
 
 
 def split_sentences(paragraph: str) -> list[str]:
-    """Splits one paragraph of running text into sentences.
+    """Splits one paragraph of running text into sentences, with ICU's sentence breaker
+    (Unicode's UAX #29 rules: Latin, CJK 。！？ and full-width punctuation, closing
+    quotes and brackets, decimals), keeping abbreviations (`_ABBREVIATIONS`) inside their
+    sentence. Sentences without a letter (numbers, rules) are dropped.
 
-    >>> split_sentences("It is. It is not, e.g. here. (Yes.) 3 more.")
-    ['It is.', 'It is not, e.g. here.', '(Yes.)', '3 more.']
+    >>> split_sentences("It is. It is not, e.g. here. (Yes.) Dr. Who came.")
+    ['It is.', 'It is not, e.g. here.', '(Yes.)', 'Dr. Who came.']
+    >>> split_sentences("今天天气很好。你来吗？好的！")
+    ['今天天气很好。', '你来吗？', '好的！']
     """
     text = " ".join(paragraph.split())
     if not text:
         return []
-    sentences, start = [], 0
-    for match in _SENTENCE_END.finditer(text):
-        following = text[match.end()]
-        if not (following.isupper() or following.isdigit() or following in "\"'(["):
-            continue
-        candidate = text[start:match.start()].rstrip()
-        end = candidate + text[match.start():match.end()].strip()
-        last_words = {end.rsplit(None, 1)[-1], candidate.rsplit(None, 1)[-1]}
-        if last_words & _ABBREVIATIONS:
-            continue
-        sentences.append(end)
-        start = match.end()
-    sentences.append(text[start:])
+    sentences: list[str] = []
+    pending = ""
+    # Locale "en" without CLDR's suppressions ("en@ss=standard"): ICU 78 matches those as
+    # suffixes, so "devs." ends like "vs." and never ends a sentence.
+    for segment in icu_breakers.SentenceBreaker(text, "en"):
+        pending += segment
+        # UAX #29 counts opening brackets and quotes among the "Close" characters that
+        # end a sentence ("はい。（終わり。）" breaks after "（"): they open the next one.
+        opening = len(pending.rstrip()) - len(pending.rstrip().rstrip(_OPENING))
+        if opening and pending.rstrip()[:-opening].strip():
+            carried = pending.rstrip()[-opening:]
+            pending = pending.rstrip()[:-opening]
+        else:
+            carried = ""
+        last_word = pending.rstrip().rsplit(None, 1)[-1]
+        if last_word in _ABBREVIATIONS:
+            pending += carried
+            continue  # the sentence goes on
+        sentences.append(pending.strip())
+        pending = carried
+    if pending.strip():
+        sentences.append(pending.strip())
     return [s for s in sentences if _LETTER.search(s)]
 
 
@@ -124,7 +145,9 @@ def sentences_from_text(text: str) -> list[str]:
 
     def flush():
         if paragraph and _is_prose(paragraph):
-            sentences.extend(split_sentences(" ".join(paragraph)))
+            # A doctest can follow prose without a blank line: its lines are no sentence.
+            sentences.extend(s for s in split_sentences(" ".join(paragraph))
+                             if not s.startswith((">>>", "...")))
         paragraph.clear()
 
     for line in text.expandtabs().splitlines():

@@ -51,6 +51,25 @@ def test_manifest_and_examples(tmp_path):
     assert not [f for f in os.listdir(tmp_path / "data") if f.endswith(".tmp")]
 
 
+def test_no_token_is_lost_without_a_count(tmp_path):
+    """Every token of the text is in an example or counted as cut: a sentence longer than
+    a segment (here 40 words at max_seq_length 16) and the cuts of ordinary packing."""
+    vocab = helpers.write_vocab(str(tmp_path))
+    path = tmp_path / "c.txt"
+    long_sentence = " ".join(helpers.WORDS[i % 20] for i in range(40)) + " ."
+    lines = helpers.sentences(60, seed=3) + ["", long_sentence, "", "the cat sat ."]
+    path.write_text("\n".join(lines) + "\n")
+    result = write(tmp_path, vocab, str(path), max_seq_length=16)
+    manifest, _ = read_all(str(tmp_path / "data"), seq=16)
+    tokenizer = helpers.tokenizer.make_tokenizer(vocab)
+    text_tokens = sum(len(t) for t in tokenizer.tokenize([l for l in lines if l]).to_list())
+    assert manifest["num_tokens"] + manifest["truncated_tokens"] == text_tokens
+    assert manifest["truncated_tokens"] >= 41 - 14  # the long sentence alone loses 27
+    assert manifest["truncated_examples"] >= 1
+    assert (result.truncated_tokens, result.truncated_examples) == (
+        manifest["truncated_tokens"], manifest["truncated_examples"])
+
+
 def test_documents_never_share_an_example(tmp_path):
     vocab = helpers.write_vocab(str(tmp_path))
     path = tmp_path / "c.txt"

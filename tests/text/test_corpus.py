@@ -25,8 +25,43 @@ def _read_all(paths, stats=None):
 
 
 def test_split_sentences_plain_periods():
-    assert corpus.split_sentences("It is raining. The sun is out. 3 birds sing.") == [
-        "It is raining.", "The sun is out.", "3 birds sing."]
+    assert corpus.split_sentences("It is raining. The sun is out. Birds sing.") == [
+        "It is raining.", "The sun is out.", "Birds sing."]
+
+
+def test_split_sentences_keeps_a_number_after_a_period_in_the_sentence():
+    # Unicode's rules (UAX #29) do not end a sentence at ". 3": "see No. 3", "in
+    # Sec. 4.2", "p. 12" are far more common than a sentence that starts with a digit.
+    assert corpus.split_sentences("The sun is out. 3 birds sing. The end.") == [
+        "The sun is out. 3 birds sing.", "The end."]
+
+
+@pytest.mark.parametrize("paragraph, expected", [
+    ("今天天气很好。我们去公园吧！你来吗？好的。",
+     ["今天天气很好。", "我们去公园吧！", "你来吗？", "好的。"]),
+    ("東京は日本の首都です。人口は約1400万人です。",
+     ["東京は日本の首都です。", "人口は約1400万人です。"]),
+    # A closing bracket stays with its sentence.
+    ("「本当ですか？」はい。（終わり。）次です。", ["「本当ですか？」", "はい。", "（終わり。）", "次です。"]),
+    ("서울은 크다. 부산도 크다.", ["서울은 크다.", "부산도 크다."]),
+    ("Mixed 中文。English follows. 日本語も。", ["Mixed 中文。", "English follows.", "日本語も。"]),
+    ("Full-width marks！Then ASCII？Yes．", ["Full-width marks！", "Then ASCII？", "Yes．"]),
+])
+def test_split_sentences_cjk_punctuation(paragraph, expected):
+    assert corpus.split_sentences(paragraph) == expected
+
+
+@pytest.mark.parametrize("paragraph, expected", [
+    ("He came at 3 p.m. on Monday. He left.", ["He came at 3 p.m. on Monday.", "He left."]),
+    ("The U.S. economy grew. Prof. Lee agreed.",
+     ["The U.S. economy grew.", "Prof. Lee agreed."]),
+    ("Version 2.0 is out. See Fig. 3 for details.",
+     ["Version 2.0 is out.", "See Fig. 3 for details."]),
+    ("Ask the devs. Then they answer.", ["Ask the devs.", "Then they answer."]),
+    ("Smith et al. Found it. No.", ["Smith et al. Found it.", "No."]),
+])
+def test_split_sentences_more_abbreviations_and_numbers(paragraph, expected):
+    assert corpus.split_sentences(paragraph) == expected
 
 
 @pytest.mark.parametrize("paragraph, expected", [
