@@ -84,6 +84,8 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
     config.train.eval_steps = 20 if tiny else 100  # batches per evaluation
     config.train.eval_predictions = 3         # held-out sequences shown at each evaluation
                                               # (TensorBoard text "predictions"); 0: none
+    config.train.profile_steps = 0            # N > 0: a TensorBoard profile (Profile tab)
+                                              # of N steps after the first loop (compiled)
     config.train.seed = 0                     # init, data order, sampling
     config.train.mixed_precision = "auto"     # auto|float32|bfloat16|float16 (auto: bf16 on
                                               # TPU and Ampere+ GPUs, fp16 older GPUs, fp32 CPU)

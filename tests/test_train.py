@@ -73,8 +73,14 @@ def _final_metrics(stdout):
 
 def test_tiny_run_learns_logs_and_resumes(data, tmp_path):
     workdir = str(tmp_path / "run")
-    result = _train(data, workdir)
+    result = _train(data, workdir, "--config.train.profile_steps=2")
     assert result.returncode == 0, result.stderr[-3000:]
+    # A profile of steps 11-12 (after the first, compiled, loop) for TensorBoard's
+    # Profile tab; TF's own INFO lines (the checkpoint saver's) stay out of the log.
+    assert "Profiled steps 11-12" in result.stderr
+    assert glob.glob(os.path.join(workdir, "logs", "train", "plugins", "profile", "*",
+                                  "*.xplane.pb"))
+    assert "Sharding callback" not in result.stderr
 
     # Learns: evaluation on held-out documents separates replaced from original tokens.
     final = _final_metrics(result.stdout)

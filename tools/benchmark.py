@@ -28,7 +28,8 @@ means feeding real data costs nothing).
 
 --profile (or --profile_dir) traces a few more steps after the timed ones (so that the
 tracing overhead stays out of the timings) with the TensorBoard profiler:
-`tensorboard --logdir=<profile_dir>`, Profile tab (`pip install tensorboard-plugin-profile`).
+`tensorboard --logdir=<profile_dir>`, Profile tab (tensorboard-plugin-profile is in
+requirements.txt).
 
 --mode=resume measures what resuming costs in the data: for each of --resume_steps
 (forged step numbers; nothing is trained), the seconds from making the training input

@@ -453,6 +453,10 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     saved_step = step if restored else None
     last_time, last_step, start_time, start_step = time.time(), step, time.time(), step
     last_skipped = 0
+    # The profile covers `profile_steps` steps after the first loop (its tracing and
+    # compilation are not what a profile is for), traced by the chief.
+    profile_steps = train.get("profile_steps", 0)
+    profiled = not profile_steps
     handler = preemption.multi_worker_handler(strategy, manager)
     try:
         with preemption.SigtermWatcher(trainer.stop_requested,
@@ -462,9 +466,23 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                 boundary = min(_next_multiple(step, n) for n in (
                     train.log_every, train.checkpoint_every, train.eval_every,
                     train.steps_per_loop))
-                with _naming_damaged(train_files, "train_files"):
-                    trainer.train_loop(iterator,
-                                       tf.constant(min(boundary, train.steps) - step))
+                profiling = not profiled and step > start_step
+                if profiling:  # every worker ends the loop there (they step together)
+                    boundary = min(boundary, step + profile_steps)
+                    profile_dir = os.path.join(workdir, "logs", "train")
+                    if chief:
+                        tf.profiler.experimental.start(profile_dir)
+                try:
+                    with _naming_damaged(train_files, "train_files"):
+                        trainer.train_loop(iterator,
+                                           tf.constant(min(boundary, train.steps) - step))
+                finally:
+                    if profiling and chief:
+                        tf.profiler.experimental.stop()
+                profiled = profiled or profiling
+                if profiling and chief:
+                    logging.info("Profiled steps %d-%d into %s (TensorBoard: Profile)",
+                                 step + 1, int(trainer.step.numpy()), profile_dir)
                 step = int(trainer.step.numpy())
                 _raise_if_nonfinite(trainer, manager)
                 if handler is not None:  # saves and raises Preempted if a worker got SIGTERM
