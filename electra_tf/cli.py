@@ -35,6 +35,8 @@ class _LibraryInfoFilter(logging.Filter):
 
 
 absl_logging.get_absl_logger().addFilter(_LibraryInfoFilter())
+# TF's own Python logger too ("Assets written to: ..." on every SavedModel save).
+logging.getLogger("tensorflow").addFilter(_LibraryInfoFilter())
 
 
 def run_main(main, argv):

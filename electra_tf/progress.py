@@ -26,7 +26,7 @@ class Progress:
 
     def __init__(self, total: float | None, unit: str, every_secs: float = 5.0,
                  log: Callable[[str], None] = logging.info, scale: float = 1.0,
-                 scaled_unit: str | None = None):
+                 scaled_unit: str | None = None, first_line_now: bool = True):
         self._total = total
         self._unit = unit
         self._every = every_secs
@@ -35,7 +35,9 @@ class Progress:
         self._scale = scale
         self._scaled_unit = scaled_unit or unit
         self._start = time.monotonic()
-        self._last = -float("inf")
+        # first_line_now=False: the first line comes `every_secs` in (a job that is
+        # usually short then logs nothing).
+        self._last = -float("inf") if first_line_now else self._start
 
     def elapsed(self) -> float:
         return time.monotonic() - self._start

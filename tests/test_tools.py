@@ -32,6 +32,9 @@ def test_vocab_then_data_then_batches(workdir):
                  f"--output={vocab}")
     assert result.returncode == 0, result.stderr
     assert "learning from all" in result.stdout
+    # Progress: reading (MB of the corpus), then counting words, then learning.
+    assert "reading: " in result.stdout and "(100.0%)" in result.stdout
+    assert "counting words: " in result.stdout and "learning a 200-token" in result.stdout
     tokens = vocab.read_text().split("\n")
     assert tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 

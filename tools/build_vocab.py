@@ -31,7 +31,14 @@ def main(argv):
     del argv
     start = time.monotonic()
     source = common_flags.open_corpus_from_flags()
-    sample, seen = vocab_lib.sample_lines(source.lines, _SAMPLE_LINES.value, _SEED.value)
+    show = corpus.progress_of(source, log=lambda line: print(f"reading: {line}", flush=True))
+
+    def lines():
+        for line in source.lines:
+            yield line
+            show()
+    sample, seen = vocab_lib.sample_lines(lines(), _SAMPLE_LINES.value, _SEED.value)
+    show(force=True)
     if seen > len(sample):
         print(f"learning from a uniform sample of {len(sample):,} of {seen:,} lines "
               f"(--sample_lines={_SAMPLE_LINES.value:,})")
@@ -39,7 +46,9 @@ def main(argv):
         print(f"learning from all {seen:,} lines")
     for note in source.stats.problems():
         print(f"warning: {note}")
-    tokens = vocab_lib.learn_vocab(sample, _VOCAB_SIZE.value, lower_case=_LOWER_CASE.value)
+    tokens = vocab_lib.learn_vocab(
+        sample, _VOCAB_SIZE.value, lower_case=_LOWER_CASE.value,
+        log=lambda line: print(line, flush=True))
     vocab_lib.write_vocab(tokens, _OUTPUT.value)
     short = (f" (asked for {_VOCAB_SIZE.value:,}: too few words occur often enough in "
              "the corpus for more)") if len(tokens) < 0.95 * _VOCAB_SIZE.value else ""

@@ -28,6 +28,7 @@ from electra_tf import cli  # first: quiets TF's start-up logging
 
 import importlib.util
 import os
+import time
 
 from absl import flags
 from absl import logging
@@ -73,12 +74,15 @@ def main(argv):
     if _FROM.value != "tf1" and (_NUM_HEADS.value or _GENERATOR_NUM_HEADS.value):
         raise errors.UserError(f"--num_heads and --generator_num_heads are for --from=tf1; "
                                f"--from={_FROM.value} input says its heads itself")
+    start = time.monotonic()
+    print(f"reading {_INPUT.value} (--from={_FROM.value})", flush=True)
     weights = convert.read(_FROM.value, _INPUT.value, _NUM_HEADS.value,
                            _GENERATOR_NUM_HEADS.value)
     spec = weights.spec
     parts = "discriminator" + (" and generator" if spec.has_generator else " alone")
     print(f"read {len(weights.tensors)} tensors ({weights.num_parameters:,} parameters, "
-          f"{parts}) from {weights.source}")
+          f"{parts}) from {weights.source} in {time.monotonic() - start:.1f} s")
+    print(f"writing --to={_TO.value} at {_OUTPUT.value}", flush=True)
     print(f"shape: {spec.shape.describe()}")
     for note in weights.notes:
         print(f"note: {note}")
@@ -121,6 +125,7 @@ def main(argv):
         print(f"wrote {output}: keras_hub.models.ElectraBackbone.from_preset({output!r})")
     else:
         print(f"wrote {convert.save_tf1(weights, output, vocab_file)}")
+    print(f"done in {time.monotonic() - start:.1f} s")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ inputs and outputs are listed in electra_tf/serving/export.py and the README.
 from electra_tf import cli  # first: quiets TF's start-up logging
 
 from absl import flags
+from absl import logging
 
 from electra_tf.serving import export
 
@@ -32,6 +33,7 @@ _LOWER_CASE = flags.DEFINE_boolean(
 
 def main(argv):
     del argv
+    logging.set_verbosity(logging.INFO)  # its progress lines
     path = export.export_run(_WORKDIR.value, _OUTPUT.value, checkpoint=_CHECKPOINT.value,
                              lower_case=_LOWER_CASE.value,
                              max_seq_length=_MAX_SEQ_LENGTH.value,

@@ -162,6 +162,8 @@ def write_pretraining_data(
                                              seed=seed))
     progress = progress_lib.Progress(source.total_bytes, "bytes", log=log, scale=1e-6,
                                      scaled_unit="MB")
+    if not source.total_bytes and source.stats.total_documents:  # TFDS: its known count
+        progress = progress_lib.Progress(source.stats.total_documents, "documents", log=log)
     failures = []  # exceptions raised on tf.data threads, re-raised here
     tokenizer = tokenizer_lib.make_tokenizer(vocab, lower_case=lower_case)
     tokenized = _tokenized_batches(source.lines, tokenizer, failures)
@@ -187,8 +189,11 @@ def write_pretraining_data(
     try:
         for batch in tokenized:
             write(packer.pack(*batch))
-            progress.update(source.stats.bytes, documents=packer.num_documents,
-                            examples=num_examples)
+            if source.stats.total_documents:
+                progress.update(source.stats.documents, examples=num_examples)
+            else:
+                progress.update(source.stats.bytes, documents=packer.num_documents,
+                                examples=num_examples)
         write(packer.finish())
         if failures:
             raise failures[0]

@@ -41,6 +41,7 @@ FastWordpieceTokenizeWithOffsets (>= 2.11): the export needs TF Serving >= 2.12
 import json
 import os
 import tempfile
+import time
 
 import keras
 from absl import logging
@@ -51,6 +52,7 @@ import tensorflow_text as text  # noqa: F401  (registers the tokenizer ops)
 
 from electra_tf import errors
 from electra_tf import model_config
+from electra_tf import progress
 from electra_tf.data import masking
 from electra_tf.data import pipeline
 from electra_tf.model import pretrainer
@@ -200,18 +202,37 @@ def export(model: pretrainer.ElectraPretrainer, vocab: tokenizer_lib.Vocab,
     archive.track(model.discriminator)  # only the discriminator's variables are exported
     archive.track(model.discriminator_head)
     archive.track(packer)
-    archive.add_endpoint("serving_default", lambda t: detect(*packer.pack(t)), [text_spec])
-    archive.add_endpoint("serving_pair", lambda t, p: detect(*packer.pack(t, p)), pair_spec)
-    archive.add_endpoint("encode", lambda t: encode(*packer.pack(t)), [text_spec])
-    archive.add_endpoint("encode_pair", lambda t, p: encode(*packer.pack(t, p)), pair_spec)
-    archive.add_endpoint("serving_ids", detect, ids_spec)
-    archive.add_endpoint("encode_ids", encode, ids_spec)
+    endpoints = {
+        "serving_default": (lambda t: detect(*packer.pack(t)), [text_spec]),
+        "serving_pair": (lambda t, p: detect(*packer.pack(t, p)), pair_spec),
+        "encode": (lambda t: encode(*packer.pack(t)), [text_spec]),
+        "encode_pair": (lambda t, p: encode(*packer.pack(t, p)), pair_spec),
+        "serving_ids": (detect, ids_spec),
+        "encode_ids": (encode, ids_spec),
+    }
+    # Tracing the signatures is most of an export's time: trace each now, with progress.
+    done = _stages(len(endpoints), "traced")
+    for name, (function, specs) in endpoints.items():
+        archive.add_endpoint(name, function, specs).get_concrete_function()
+        done(name)
 
     texts = np.array(WARMUP_TEXTS, dtype=object)
     requests = [("serving_default", {"text": texts}),
                 ("serving_pair", {"text": texts, "text_pair": texts[::-1]}),
                 ("encode", {"text": texts})]
     return _write(archive, output, requests if warmup else None)
+
+
+def _stages(total: int, verb: str):
+    """Logs `export: <verb> <what>: k/total (pct) ... ETA` as each of `total` like steps
+    ends."""
+    bar = progress.Progress(total, "signatures")
+    count = [0]
+
+    def done(what: str):
+        count[0] += 1
+        logging.info("export: %s %s: %s", verb, what, bar.line(count[0]))
+    return done
 
 
 def export_classifier(model, vocab: tokenizer_lib.Vocab, task, max_seq_length: int,
@@ -273,9 +294,13 @@ def _write(archive, output: str, warmup_requests) -> str:
     partial = output.rstrip("/") + ".partial"
     if tf.io.gfile.exists(partial):
         tf.io.gfile.rmtree(partial)
+    start = time.monotonic()
     archive.write_out(partial, verbose=False)
     if warmup_requests:
         write_warmup(os.path.join(partial, "assets.extra", WARMUP_FILE), warmup_requests)
+    logging.info("export: wrote the SavedModel%s in %.1f s",
+                 " and its warm-up requests" if warmup_requests else "",
+                 time.monotonic() - start)
     tf.io.gfile.rename(partial, output)
     return output
 

@@ -26,11 +26,12 @@ import re
 import sysconfig
 import unicodedata
 import zlib
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from icu4py import breakers as icu_breakers
 
 from electra_tf import errors
+from electra_tf import progress as progress_lib
 
 # A line this long is cut: no example keeps more than `max_seq_length` wordpieces of a
 # sentence anyway, and a multi-megabyte "sentence" would only cost memory.
@@ -66,6 +67,8 @@ class CorpusStats:
     first_invalid_utf8: str = ""  # "path:line" of the first one
     truncated_lines: int = 0
     first_truncated: str = ""
+    documents: int = 0        # documents read so far (TFDS: examples)
+    total_documents: int = 0  # TFDS: the split's example count (0: unknown)
 
     def problems(self) -> list[str]:
         """One sentence per kind of skipped or changed input; empty when clean."""
@@ -302,6 +305,10 @@ def tfds_lines(name: str, data_dir: str | None, text_key: str,
         raise CorpusError(f"--tfds={name}: no feature {text_key!r} (--tfds_text_key); "
                           f"it has {sorted(dataset.element_spec)}")
     stats.files += 1
+    try:  # the split's example count, for progress (a sliced split has none: unknown)
+        stats.total_documents = int(builder.info.splits[split or "train"].num_examples)
+    except (KeyError, TypeError, ValueError):
+        pass
     return _tfds_example_lines(dataset, name, text_key, stats)
 
 
@@ -319,6 +326,7 @@ def _tfds_example_lines(dataset, name, text_key, stats):
             for sentence in split_sentences(paragraph):
                 stats.lines += 1
                 yield _clip(sentence, stats, f"{name}:example", n)
+        stats.documents += 1
         yield ""
 
 
@@ -334,6 +342,19 @@ class Corpus:
     total_bytes: int | None  # text bytes, for the ETA; None when unknown (TFDS, .gz)
     source: dict
     size_estimate: int = 0  # text bytes, estimated where unknown (.gz: 4x), for sharding
+
+
+def progress_of(source: Corpus, log) -> Callable[..., None]:
+    """A function that logs how much of `source` has been read (at most every few
+    seconds), with an ETA: MB of text for files, documents of their known count for
+    TFDS (known once the corpus is open)."""
+    stats = source.stats
+    if source.total_bytes or not stats.total_documents:
+        bar = progress_lib.Progress(source.total_bytes, "bytes", log=log, scale=1e-6,
+                                    scaled_unit="MB")
+        return lambda force=False: bar.update(stats.bytes, force=force)
+    bar = progress_lib.Progress(stats.total_documents, "documents", log=log)
+    return lambda force=False: bar.update(stats.documents, force=force)
 
 
 def open_corpus(input_pattern: str | None = None, tfds_name: str | None = None,

@@ -12,11 +12,12 @@ default, plenty for a 30k vocabulary) is what it learns from, and the tool says 
 
 import os
 import random
-from typing import Iterable
+from typing import Callable, Iterable
 
 import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
 
+from electra_tf import progress
 from electra_tf.text import tokenizer
 
 
@@ -39,7 +40,8 @@ def sample_lines(lines: Iterable[str], k: int, seed: int = 0) -> tuple[list[str]
 
 
 def learn_vocab(lines: list[str], vocab_size: int, lower_case: bool = True,
-                extra_reserved: tuple[str, ...] = ()) -> list[str]:
+                extra_reserved: tuple[str, ...] = (),
+                log: Callable[[str], None] | None = None) -> list[str]:
     """Learns a WordPiece vocab of about `vocab_size` tokens (at most, past a floor).
 
     tf.text's learner always keeps every character and its `##` form, so a tiny
@@ -47,7 +49,8 @@ def learn_vocab(lines: list[str], vocab_size: int, lower_case: bool = True,
 
     The words are split exactly as `FastBertTokenizer` splits them at training time
     (same lower-casing and accent stripping), and the special tokens come first, so
-    `[PAD]` has id 0.
+    `[PAD]` has id 0. `log` gets progress lines: the word count's (lines, with an ETA),
+    then the start of the learning itself (tf.text's learner reports nothing inside).
     """
     if vocab_size <= len(tokenizer.SPECIAL_TOKENS):
         raise ValueError(f"`vocab_size` must exceed the {len(tokenizer.SPECIAL_TOKENS)} "
@@ -55,9 +58,21 @@ def learn_vocab(lines: list[str], vocab_size: int, lower_case: bool = True,
     lines = [line for line in lines if line.strip()]
     if not lines:
         raise ValueError("no text to learn a vocab from: every input line is empty")
-    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(lines, tf.string)).batch(1024)
+    show = log or (lambda _: None)
+    bar = progress.Progress(len(lines), "lines", log=lambda l: show(f"counting words: {l}"))
+    batch = 1024
+
+    def batches():  # the learner counts the words of every batch first, then learns
+        for start in range(0, len(lines), batch):
+            yield lines[start:start + batch]
+            bar.update(min(start + batch, len(lines)))
+        bar.update(len(lines), force=True)
+        if log:
+            log(f"learning a {vocab_size:,}-token WordPiece vocab from the word counts")
+    dataset = tf.data.Dataset.from_generator(
+        batches, output_signature=tf.TensorSpec([None], tf.string))
     return bert_vocab_from_dataset.bert_vocab_from_dataset(
-        dataset.prefetch(2),
+        dataset,
         vocab_size=vocab_size,
         reserved_tokens=tokenizer.SPECIAL_TOKENS + list(extra_reserved),
         bert_tokenizer_params={"lower_case": lower_case},

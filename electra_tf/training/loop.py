@@ -246,11 +246,15 @@ class Trainer:
     def evaluate(self, dataset, num_batches: int) -> dict[str, float]:
         self.eval_metrics.reset()
         seen = 0
+        # A line every 30 s: an evaluation of a large model can take minutes.
+        bar = progress.Progress(num_batches, "eval batches", every_secs=30,
+                                first_line_now=False)
         for index, batch in enumerate(dataset):
             if index >= num_batches:
                 break
             self.eval_batch(batch, tf.constant(index, tf.int64))
             seen += 1
+            bar.update(seen)
         if not seen:
             raise errors.UserError("config.data.eval_files: fewer examples than one "
                                    f"global batch ({self.global_batch})")

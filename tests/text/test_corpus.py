@@ -549,6 +549,19 @@ def test_tfds_corpus_lines(tfds_dir):
     assert len(problems) == 1 and stats.first_invalid_utf8 in problems[0]
 
 
+def test_tfds_progress_counts_documents_of_the_known_total(tfds_dir):
+    source = corpus.open_corpus(tfds_name=f"{_TFDS_NAME}:train", tfds_data_dir=tfds_dir)
+    assert source.stats.total_documents == len(_TFDS_TEXTS)
+    lines = []
+    show = corpus.progress_of(source, log=lines.append)
+    for _ in source.lines:
+        show()
+    show(force=True)
+    # The undecodable example is counted by the invalid-UTF-8 count, not as a document.
+    assert lines[-1].startswith(f"{len(_TFDS_TEXTS) - 1}/{len(_TFDS_TEXTS)} documents")
+    assert "ETA" in lines[-1]
+
+
 def test_tfds_default_split_is_train(tfds_dir):
     source = corpus.open_corpus(tfds_name=_TFDS_NAME, tfds_data_dir=tfds_dir)
     assert sorted(_documents(list(source.lines))) == sorted(_TFDS_DOCUMENTS)
