@@ -106,12 +106,34 @@ def test_show_predictions_of_text_and_data(tmp_path):
     assert "\033[" not in result.stdout
     shown = [lines[i + 1] for i, l in enumerate(lines) if l.startswith("sequence")]
     assert all(s.startswith("[CLS] ") and "[SEP]" in s for s in shown), shown
-    # Every sequence has a masked token (marked _kept_ or *sample(original)*), with its
+    # Every sequence has a masked token (marked _kept_ or *original→sample*), with its
     # probability.
-    assert all(("_[" in s or ")*[" in s) for s in shown), shown
+    assert all(("_[" in s or "*[" in s) for s in shown), shown
     assert "<table>" in page.read_text() and "the cat sat" not in page.read_text()
 
     result = run("show_predictions.py", f"--workdir={run_dir}", f"--data={data}",
                  "--num_examples=2", "--colour=always")
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("\nsequence ") == 2 and "\033[" in result.stdout
+
+
+def test_plot_run_writes_a_png_of_train_and_eval_curves(tmp_path):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    for run_name in ("a", "b"):
+        for which, steps in (("train", range(10, 101, 10)), ("eval", (50, 100))):
+            writer = tf.summary.create_file_writer(str(tmp_path / run_name / "logs" / which))
+            with writer.as_default():
+                for step in steps:
+                    for tag in ("loss", "mlm_loss", "rtd_loss", "disc_auc"):
+                        tf.summary.scalar(tag, 1.0 / step, step=step)
+                tf.summary.text("predictions", "not a scalar", step=steps[-1])
+            writer.close()
+    output = tmp_path / "curves.png"
+    result = run("plot_run.py", f"--workdir={tmp_path / 'a'}", f"--workdir={tmp_path / 'b'}",
+                 f"--output={output}")
+    assert result.returncode == 0, result.stderr
+    assert "wrote" in result.stdout and "2 run(s), up to step 100" in result.stdout
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and output.stat().st_size > 20_000
+
+    result = run("plot_run.py", f"--workdir={tmp_path / 'none'}", f"--output={output}")
+    assert result.returncode == 2 and "no training summaries" in result.stderr

@@ -34,13 +34,15 @@ python -m electra_tf.train --config=configs/electra.py:tiny --workdir="$workdir/
   --config.data.eval_files="$workdir/data_heldout" \
   --config.data.vocab_file="$workdir/vocab.txt" \
   --config.train.steps="$steps" --config.train.eval_every="$steps"
+python tools/plot_run.py --workdir="$workdir/run" --output="$workdir/curves.png"
 
 cat <<MSG
 
 Done. The evaluation above is on held-out documents: disc_auc above 0.5 means the
 discriminator tells replaced tokens from original ones. A tiny model learns little: about
-0.53 after 600 steps, and no more after 3,000 (its generator improves too, so the
+0.55 after 600 steps, and no more after 3,000 (its generator improves too, so the
 replacements get harder). For real results pre-train small or larger on your own corpus.
+  Curves:       $workdir/curves.png (tools/plot_run.py; several --workdir compare runs)
   TensorBoard:  tensorboard --logdir=$workdir/run   (Text: "predictions", what the
                 model does to held-out sequences; HParams: the config and the metrics)
   Look at it:   python tools/show_predictions.py --workdir=$workdir/run --text="Your sentence."

@@ -9,7 +9,7 @@ evaluation), as terminal text (shaded by probability when it is a terminal) or a
 
 >>> token = Token("cat", masked=True, sample="dog", replaced=True, probability=0.9)
 >>> print(terminal([[token]], colour=False).splitlines()[-1])
-*dog(cat)*[0.90]
+*cat→dog*[0.90]
 """
 
 import dataclasses
@@ -111,24 +111,24 @@ _RESET = "\033[0m"
 
 
 def terminal(sequences: list[list[Token]], colour: bool) -> str:
-    """Tokens in reading order. Replaced tokens are `*sample(original)*`; with `colour`
+    """Tokens in reading order. Replaced tokens are `*original→sample*`; with `colour`
     each token's background goes from none to red with P(replaced), else P(replaced) is
     written `[0.83]` after each token where it is at least 0.5, and after every masked
     token."""
     lines = []
     if colour:
         lines.append("background: the discriminator's P(replaced), none (0) to red (1); "
-                     "*sample(original)*: a replaced token; _x_: masked, kept")
+                     "*original→sample*: replaced by the generator; _x_: masked, kept")
     else:
         lines.append("[p]: the discriminator's P(replaced) (shown where >= 0.5 or masked); "
-                     "*sample(original)*: a replaced token; _x_: masked, kept")
+                     "*original→sample*: replaced by the generator; _x_: masked, kept")
     for n, tokens in enumerate(sequences, start=1):
         lines.append(f"\nsequence {n}: {summary_line(tokens)}")
         shown = []
         for i, t in enumerate(tokens):
             if i and t.segment != tokens[i - 1].segment:
                 shown.append("|")
-            word = f"*{t.sample}({t.text})*" if t.replaced else (
+            word = f"*{t.text}→{t.sample}*" if t.replaced else (
                 f"_{t.text}_" if t.masked else t.text)
             if colour:
                 # 256-colour palette: reds 52, 88, 124, 160, 196 by probability (none

@@ -82,9 +82,9 @@ def test_markdown_is_a_table_row_per_token():
 
 def test_terminal_plain_and_coloured():
     plain = predictions.terminal([TOKENS], colour=False).splitlines()[-1]
-    assert plain == "[CLS] *dog(cat)*[0.91] _sat_[0.12] a|b[0.62] | <b>"
+    assert plain == "[CLS] *cat→dog*[0.91] _sat_[0.12] a|b[0.62] | <b>"
     coloured = predictions.terminal([TOKENS], colour=True).splitlines()[-1]
-    assert "\033[97;48;5;196m*dog(cat)*\033[0m" in coloured   # P 0.91: the reddest
+    assert "\033[97;48;5;196m*cat→dog*\033[0m" in coloured   # P 0.91: the reddest
     assert coloured.startswith("[CLS] ")                       # P 0.01: no shading
 
 

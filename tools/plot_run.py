@@ -1,0 +1,89 @@
+r"""Plots pre-training runs' learning curves from their TensorBoard logs, as a PNG.
+
+  python tools/plot_run.py --workdir=RUN [--workdir=RUN2 ...] --output=curves.png
+
+Four panels against the step: the loss (MLM + 50 · RTD), the generator's MLM loss, the
+discriminator's RTD loss and its AUC; training (lines, from `logs/train`) and
+evaluation on held-out data (markers, from `logs/eval`). Several workdirs share the axes.
+"""
+
+from electra_tf import cli  # first: quiets TF's start-up logging
+
+import glob
+import os
+
+from absl import flags
+
+from electra_tf import errors
+
+_WORKDIR = flags.DEFINE_multi_string("workdir", None, "A pre-training run's --workdir "
+                                     "(repeat to compare runs).", required=True)
+_OUTPUT = flags.DEFINE_string("output", None, "The PNG to write.", required=True)
+_TITLE = flags.DEFINE_string("title", None, "Figure title (default: the workdirs).")
+
+PANELS = (("loss", "loss (MLM + 50 · RTD)"), ("mlm_loss", "generator: MLM loss"),
+          ("rtd_loss", "discriminator: RTD loss"), ("disc_auc", "discriminator: AUC"))
+
+
+def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
+    """{tag: [(step, value)]} of every scalar summary in `logdir`'s event files (a
+    resumed run's later value of a step wins)."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    values: dict[str, dict[int, float]] = {}
+    for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
+        for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+            event = tf.compat.v1.Event.FromString(record)
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name == "scalars":
+                    values.setdefault(value.tag, {})[event.step] = float(
+                        tf.make_ndarray(value.tensor))
+    return {tag: sorted(points.items()) for tag, points in values.items()}
+
+
+def plot(runs: dict[str, dict[str, dict]], output: str, title: str) -> None:
+    """`runs`: {label: {"train": scalars, "eval": scalars}} → a 2×2 PNG at `output`."""
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+    figure, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for (tag, name), axis in zip(PANELS, axes.flat):
+        for i, (label, split) in enumerate(runs.items()):
+            colour = colours[i % len(colours)]
+            for which, style in (("train", {"linestyle": "-"}),
+                                 ("eval", {"linestyle": "--", "marker": "o"})):
+                points = split[which].get(tag)
+                if points:
+                    steps, values = zip(*points)
+                    axis.plot(steps, values, color=colour, label=f"{label} ({which})",
+                              **style)
+        axis.set_title(name)
+        axis.set_xlabel("step")
+        axis.grid(alpha=0.3)
+    axes.flat[-1].axhline(0.5, color="grey", linewidth=0.8)  # chance
+    axes.flat[0].legend(fontsize="small")
+    figure.suptitle(title)
+    tmp = output + ".tmp.png"
+    figure.savefig(tmp, dpi=100)
+    plt.close(figure)
+    os.replace(tmp, output)
+
+
+def main(argv):
+    del argv
+    runs = {}
+    for workdir in _WORKDIR.value:
+        scalars = {which: read_scalars(os.path.join(workdir, "logs", which))
+                   for which in ("train", "eval")}
+        if not scalars["train"]:
+            raise errors.UserError(f"--workdir={workdir}: no training summaries in "
+                                   f"{os.path.join(workdir, 'logs', 'train')}")
+        runs[os.path.basename(os.path.normpath(workdir))] = scalars
+    plot(runs, _OUTPUT.value, _TITLE.value or ", ".join(runs))
+    steps = max(points[-1][0] for split in runs.values() for points in split["train"].values())
+    print(f"wrote {_OUTPUT.value} ({len(runs)} run(s), up to step {steps:,})")
+
+
+if __name__ == "__main__":
+    cli.app_run(main)
