@@ -16,22 +16,35 @@ import sys
 # TF's C++ start-up chatter (no CUDA here, oneDNN notes) hides the tool's own output.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import importlib.util  # pylint: disable=g-import-not-at-top,wrong-import-position
 import logging  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
 from electra_tf import errors  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+
+def _installed_at(names) -> tuple[str, ...]:
+    """The directories the packages `names` are installed in (found, not imported)."""
+    directories = []
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            directories.append(os.path.join(os.path.realpath(location), ""))
+    return tuple(directories)
+
+
 # Libraries whose INFO lines are their internals, not our progress (TF's checkpoint saver
 # logs "Sharding callback duration: N microseconds" after every save through absl, the
-# logger our own progress lines use). Their warnings and errors still show.
-_QUIET_INFO = tuple(os.sep + name + os.sep for name in (
-    "tensorflow", "keras", "tf_keras", "tensorflow_datasets", "tensorflow_text"))
+# logger our own progress lines use). Their warnings and errors still show. Matched by
+# where they are installed, so that our own files never are, wherever they live.
+_QUIET_INFO = _installed_at(
+    ("tensorflow", "keras", "tf_keras", "tensorflow_datasets", "tensorflow_text"))
 
 
 class _LibraryInfoFilter(logging.Filter):
     def filter(self, record):
-        return record.levelno >= logging.WARNING or not any(
-            part in record.pathname for part in _QUIET_INFO)
+        return record.levelno >= logging.WARNING or not os.path.realpath(
+            record.pathname).startswith(_QUIET_INFO)
 
 
 absl_logging.get_absl_logger().addFilter(_LibraryInfoFilter())
@@ -62,24 +75,32 @@ def parse_flags(argv):
     except (flags.Error, AttributeError, KeyError, TypeError, ValueError, OSError) as e:
         _exit_with(_unreadable_config_file(e, argv) or _config_file_error(e)
                    or _override_error(e, argv))
+    except (SyntaxError, NameError, ImportError) as e:  # a config file's own code
+        _exit_with(f"{_config_arg(argv)}: {type(e).__name__}: {' '.join(str(e).split())}")
     for name in flags.FLAGS:
         value = flags.FLAGS[name].value
         if type(value).__name__ == "_ErrorConfig":  # read when used: read it now
-            _exit_with(_unreadable_config_file(object.__getattribute__(value, "_error"),
-                                               argv))
+            error = object.__getattribute__(value, "_error")
+            _exit_with(_unreadable_config_file(error, argv)
+                       or f"{_config_arg(argv)}: {' '.join(str(error).split())}")
     return parsed
+
+
+def _config_arg(argv) -> str:
+    """The last `--config=FILE[:ARG]` argument (the binaries' config file flag)."""
+    given = [a for a in argv[1:] if a.startswith("--config=")]
+    return given[-1] if given else "--config"
 
 
 def _unreadable_config_file(e, argv) -> str | None:
     """ml_collections keeps a config file it cannot read as a config that raises
     `IOError` when used, or as soon as an override sets a field of it."""
-    if not isinstance(e, OSError) or "Failed loading config file" not in str(e):
+    if not isinstance(e, OSError):  # flag parsing raises OSError for config files only
         return None
-    given = [a for a in argv[1:] if a.startswith("--") and "=" in a
-             and not a.split("=")[0].count(".") and a.split("=", 1)[1].split(":")[0]
-             .endswith(".py")]
-    reason = str(e).strip().splitlines()[-1].strip()
-    return f"{given[-1] if given else 'config'}: cannot read the config file ({reason})"
+    # "Configuration is not available because of an earlier failure to load: <why>",
+    # the reason on the last line (the paths tried above it).
+    reason = str(e).strip().splitlines()[-1].split("earlier failure to load:")[-1].strip()
+    return f"{_config_arg(argv)}: cannot read the config file ({reason})"
 
 
 def _exit_with(message):

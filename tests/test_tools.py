@@ -88,6 +88,8 @@ def test_data_made_for_another_length_is_refused(workdir):
     assert "max_seq_length is 64 but the run uses max_seq_length=128" in result.stderr
 
 
+@pytest.mark.slow  # three tool processes; the view has fast tests (training/test_predictions.py,
+# and the tiny run's TensorBoard text in test_train.py)
 def test_show_predictions_of_text_and_data(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -109,7 +111,11 @@ def test_show_predictions_of_text_and_data(tmp_path):
     # Every sequence has a masked token (marked _kept_ or *original→sample*), with its
     # probability.
     assert all(("_[" in s or "*[" in s) for s in shown), shown
-    assert "<table>" in page.read_text() and "the cat sat" not in page.read_text()
+    html = page.read_text()
+    # One shaded span (with its probability in the tooltip) and one table row per token.
+    tokens = sum(len(s.split()) for s in shown)
+    assert html.count("<span style='background: rgba(220, 30, 30, ") == tokens
+    assert html.count("title='P(replaced) ") == tokens and html.count("<tr><td>") == tokens
 
     result = run("show_predictions.py", f"--workdir={run_dir}", f"--data={data}",
                  "--num_examples=2", "--colour=always")
@@ -117,6 +123,7 @@ def test_show_predictions_of_text_and_data(tmp_path):
     assert result.stdout.count("\nsequence ") == 2 and "\033[" in result.stdout
 
 
+@pytest.mark.slow  # two tool processes, for a documentation tool
 def test_plot_run_writes_a_png_of_train_and_eval_curves(tmp_path):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     for run_name in ("a", "b"):

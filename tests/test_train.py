@@ -134,6 +134,9 @@ BAD_CONFIGS = {  # override: what the error line names
                                         "size 'huge'; choose one of tiny, small, base, large",
     "--config=configs/nothere.py:tiny": "error: --config=configs/nothere.py:tiny: cannot "
                                         "read the config file ([Errno 2] No such file",
+    "--config=README.md": "error: --config=README.md: SyntaxError: ",  # not Python
+    "--config=": "error: --config=: cannot read the config file (Path to config file is "
+                 "an empty string.)",
     "--config.data.vocab_file=": "config.data.vocab_file",
     "--config.data.train_files=/nonexistent/*.tfrecord": "config.data.train_files",
     "--config.data.max_seq_length=64": "max_seq_length=64",

@@ -2,7 +2,7 @@ r"""Plots pre-training runs' learning curves from their TensorBoard logs, as a P
 
   python tools/plot_run.py --workdir=RUN [--workdir=RUN2 ...] --output=curves.png
 
-Four panels against the step: the loss (MLM + 50 · RTD), the generator's MLM loss, the
+Four panels against the step: the loss (MLM + disc_weight · RTD), the generator's MLM loss, the
 discriminator's RTD loss and its AUC; training (lines, from `logs/train`) and
 evaluation on held-out data (markers, from `logs/eval`). Several workdirs share the axes.
 """
@@ -21,7 +21,7 @@ _WORKDIR = flags.DEFINE_multi_string("workdir", None, "A pre-training run's --wo
 _OUTPUT = flags.DEFINE_string("output", None, "The PNG to write.", required=True)
 _TITLE = flags.DEFINE_string("title", None, "Figure title (default: the workdirs).")
 
-PANELS = (("loss", "loss (MLM + 50 · RTD)"), ("mlm_loss", "generator: MLM loss"),
+PANELS = (("loss", "loss (MLM + disc_weight · RTD)"), ("mlm_loss", "generator: MLM loss"),
           ("rtd_loss", "discriminator: RTD loss"), ("disc_auc", "discriminator: AUC"))
 
 

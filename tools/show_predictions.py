@@ -72,7 +72,7 @@ def main(argv):
             raise errors.UserError(f"--data={_DATA.value}: fewer than --num_examples="
                                    f"{_NUM_EXAMPLES.value} sequences")
     uniform = predictions.noise(_SEED.value, *batch["masked_lm_ids"].shape)
-    shown = predictions.views(model, batch, vocab, uniform)
+    shown = predictions.views(predictions.predict_fn(model), batch, vocab, uniform)
     colour = (_COLOUR.value == "always" or
               (_COLOUR.value == "auto" and sys.stdout.isatty()))
     print(f"{path}\n" + predictions.terminal(shown, colour=colour))

@@ -45,8 +45,6 @@ _ABBREVIATIONS = frozenset((
     "Dr.", "Prof.", "St.", "Jr.", "Sr.", "Mt.", "No.", "Nos.", "Fig.", "Figs.", "Vol.",
     "Ch.", "Sec.", "Eq.", "pp.", "Inc.", "Ltd.", "Co.", "Corp.", "Jan.", "Feb.", "Mar.",
     "Apr.", "Aug.", "Sep.", "Sept.", "Oct.", "Nov.", "Dec."))
-# Opening brackets and quotes (Unicode categories Ps and Pi).
-_OPENING = "".join(chr(c) for c in range(0x10000) if unicodedata.category(chr(c)) in ("Ps", "Pi"))
 _RULE_LINE = re.compile(r"^\s*([=*\-~^#+_.])\1{2,}\s*$")  # reST heading underlines
 _LETTER = re.compile(r"[^\W\d_]")
 
@@ -67,7 +65,7 @@ class CorpusStats:
     first_invalid_utf8: str = ""  # "path:line" of the first one
     truncated_lines: int = 0
     first_truncated: str = ""
-    documents: int = 0        # documents read so far (TFDS: examples)
+    documents: int = 0        # TFDS: examples read so far (skipped ones included)
     total_documents: int = 0  # TFDS: the split's example count (0: unknown)
 
     def problems(self) -> list[str]:
@@ -112,14 +110,18 @@ def split_sentences(paragraph: str) -> list[str]:
     for segment in icu_breakers.SentenceBreaker(text, "en"):
         pending += segment
         # UAX #29 counts opening brackets and quotes among the "Close" characters that
-        # end a sentence ("はい。（終わり。）" breaks after "（"): they open the next one.
-        opening = len(pending.rstrip()) - len(pending.rstrip().rstrip(_OPENING))
-        if opening and pending.rstrip()[:-opening].strip():
-            carried = pending.rstrip()[-opening:]
-            pending = pending.rstrip()[:-opening]
-        else:
-            carried = ""
-        last_word = pending.rstrip().rsplit(None, 1)[-1]
+        # end a sentence ("はい。（終わり。）" breaks after "（"): one that ends a segment
+        # with no space after it opens the next sentence. (With a space after it, as
+        # German's closing „…“ has, it stays.)
+        carried = ""
+        while pending and _opens(pending[-1]) and pending[:-1].strip():
+            carried = pending[-1] + carried
+            pending = pending[:-1]
+        # "(e.g. Foo)" and '"Dr. Who"' break before the capital: the abbreviation is
+        # the last word without the brackets or quotes before it.
+        last_word = pending.rstrip().rsplit(None, 1)[-1].lstrip("\"'")
+        last_word = last_word[next((i for i, c in enumerate(last_word) if not _opens(c)),
+                                   len(last_word)):]
         if last_word in _ABBREVIATIONS:
             pending += carried
             continue  # the sentence goes on
@@ -128,6 +130,11 @@ def split_sentences(paragraph: str) -> list[str]:
     if pending.strip():
         sentences.append(pending.strip())
     return [s for s in sentences if _LETTER.search(s)]
+
+
+def _opens(char: str) -> bool:
+    """An opening bracket or quote (Unicode categories Ps, Pi)."""
+    return unicodedata.category(char) in ("Ps", "Pi")
 
 
 def _is_prose(paragraph_lines: list[str]) -> bool:
@@ -321,6 +328,7 @@ def _tfds_example_lines(dataset, name, text_key, stats):
         except UnicodeDecodeError:
             stats.invalid_utf8_lines += 1
             stats.first_invalid_utf8 = stats.first_invalid_utf8 or f"{name}:example {n}"
+            stats.documents += 1  # read (and counted as skipped)
             continue
         for paragraph in text.split("\n"):
             for sentence in split_sentences(paragraph):

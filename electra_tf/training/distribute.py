@@ -38,6 +38,15 @@ def get_strategy(runtime) -> tf.distribute.Strategy:
     if name == "auto":
         name = _detect(runtime)
         logging.info("config.runtime.strategy=auto chose %s", name)
+    strategy = _make(name, runtime)
+    api_names = {"multi_worker": "MultiWorkerMirroredStrategy", "tpu": "TPUStrategy",
+                 "mirrored": "MirroredStrategy", "one_device": "OneDeviceStrategy"}
+    logging.info("Training under tf.distribute.%s: %d replica(s) in sync", api_names[name],
+                 strategy.num_replicas_in_sync)
+    return strategy
+
+
+def _make(name: str, runtime) -> tf.distribute.Strategy:
     if name == "multi_worker":
         return tf.distribute.MultiWorkerMirroredStrategy()
     split_cpu(runtime.cpu_devices)

@@ -96,6 +96,7 @@ class Trainer:
                       else self._replica_step)
         self.train_loop = tf.function(self._train_loop_fn)
         self.eval_batch = tf.function(self._eval_batch_fn)
+        self.predict = predictions.predict_fn(self.model)  # the predictions view's
 
     # ------------------------------------------------------------------ helpers
     def _uniform(self, seed, index):
@@ -378,6 +379,22 @@ _DAMAGED_HINT = (" (config.data.skip_damaged_shards=true reads every shard at st
 
 
 @contextlib.contextmanager
+def _profiled(enabled: bool, logdir: str, step_variable):
+    """A TensorBoard profile (the Profile tab) of the steps run inside, if `enabled`."""
+    if not enabled:
+        yield
+        return
+    first = int(step_variable.numpy()) + 1
+    tf.profiler.experimental.start(logdir)
+    try:
+        yield
+    finally:
+        tf.profiler.experimental.stop()
+    logging.info("Profiled steps %d-%d into %s (TensorBoard: Profile)", first,
+                 int(step_variable.numpy()), logdir)
+
+
+@contextlib.contextmanager
 def _naming_damaged(files, key):
     """A record that fails to read inside the compiled loop is a `DataLossError` that
     names no file: read the files through to name it."""
@@ -408,10 +425,13 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     masking = masking_config(config, vocab)
     eval_data = (distributed_dataset(strategy, eval_files, config, masking, training=False)
                  if eval_files else None)
-    shown = config.train.get("eval_predictions", 3) if eval_files and chief else 0
+    shown = config.train.eval_predictions if eval_files and chief else 0
     shown_batch = (next(iter(pipeline.pretraining_dataset(
         eval_files, shown, config.data.max_seq_length, masking, is_training=False,
         seed=config.train.seed).take(1)), None) if shown else None)
+    if shown and shown_batch is None:
+        logging.warning("config.data.eval_files hold fewer than config.train."
+                        "eval_predictions=%d sequences: no predictions view", shown)
 
     # ------------------------------------------------------------ model, optimizer
     _check_same_run(config, workdir, vocab)
@@ -459,7 +479,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     last_skipped = 0
     # The profile covers `profile_steps` steps after the first loop (its tracing and
     # compilation are not what a profile is for), traced by the chief.
-    profile_steps = train.get("profile_steps", 0)
+    profile_steps = train.profile_steps
     profiled = not profile_steps
     handler = preemption.multi_worker_handler(strategy, manager)
     try:
@@ -473,20 +493,11 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                 profiling = not profiled and step > start_step
                 if profiling:  # every worker ends the loop there (they step together)
                     boundary = min(boundary, step + profile_steps)
-                    profile_dir = os.path.join(workdir, "logs", "train")
-                    if chief:
-                        tf.profiler.experimental.start(profile_dir)
-                try:
-                    with _naming_damaged(train_files, "train_files"):
-                        trainer.train_loop(iterator,
-                                           tf.constant(min(boundary, train.steps) - step))
-                finally:
-                    if profiling and chief:
-                        tf.profiler.experimental.stop()
-                profiled = profiled or profiling
-                if profiling and chief:
-                    logging.info("Profiled steps %d-%d into %s (TensorBoard: Profile)",
-                                 step + 1, int(trainer.step.numpy()), profile_dir)
+                    profiled = True
+                with _profiled(profiling and chief, os.path.join(workdir, "logs", "train"),
+                               trainer.step), _naming_damaged(train_files, "train_files"):
+                    trainer.train_loop(iterator,
+                                       tf.constant(min(boundary, train.steps) - step))
                 step = int(trainer.step.numpy())
                 _raise_if_nonfinite(trainer, manager)
                 if handler is not None:  # saves and raises Preempted if a worker got SIGTERM
@@ -573,6 +584,9 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         train_writer.flush()
         eval_writer.flush()
 
+    if not profiled and chief:
+        logging.warning("config.train.profile_steps=%d: the run ended within its first loop "
+                        "(config.train.steps_per_loop): nothing was profiled", profile_steps)
     if not chief:
         tf.io.gfile.rmtree(os.path.join(workdir, "tmp"))
     return results
@@ -582,7 +596,7 @@ def _write_predictions(writer, trainer, batch, vocab, step):
     """The predictions view of the first held-out sequences (the same ones, masks and
     sampling noise at every evaluation), as a text summary: what the model does to them."""
     uniform = predictions.noise(trainer.config.train.seed, *batch["masked_lm_ids"].shape)
-    shown = predictions.views(trainer.model, batch, vocab, uniform)
+    shown = predictions.views(trainer.predict, batch, vocab, uniform)
     with writer.as_default(step=step):
         tf.summary.text("predictions", predictions.markdown(shown))
     writer.flush()

@@ -42,9 +42,11 @@ def noise(seed: int, batch_size: int, num_predictions: int) -> np.ndarray:
                                        seed=[seed, 0x5eed]).numpy()
 
 
-def views(model, batch: dict, vocab: tokenizer.Vocab, uniform) -> list[list[Token]]:
-    """One list of `Token`s per sequence of a masked `batch` (padding left out)."""
-    outputs = model(batch, uniform=uniform, training=False)
+def views(forward, batch: dict, vocab: tokenizer.Vocab, uniform) -> list[list[Token]]:
+    """One list of `Token`s per sequence of a masked `batch` (padding left out).
+    `forward(batch, uniform)`: the pre-trainer's outputs without dropout (a model's
+    `predict_fn`, or the model's call in a `tf.function`)."""
+    outputs = forward(batch, uniform)
     probability = tf.sigmoid(tf.cast(outputs["disc_logits"], tf.float32)).numpy()  # [B, S]
     is_replaced = outputs["is_replaced"].numpy() > 0                               # [B, S]
     sampled = outputs["sampled_ids"].numpy()                                        # [B, P]
@@ -64,6 +66,12 @@ def views(model, batch: dict, vocab: tokenizer.Vocab, uniform) -> list[list[Toke
                   segment=int(batch["segment_ids"][row, i]))
             for i in range(length)])
     return out
+
+
+def predict_fn(model):
+    """The model's forward pass without dropout, compiled once: `(batch, uniform) →
+    outputs` (eager calls would run op by op on an accelerator)."""
+    return tf.function(lambda batch, uniform: model(batch, uniform=uniform, training=False))
 
 
 def summary_line(tokens: list[Token]) -> str:

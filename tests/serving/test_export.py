@@ -168,6 +168,7 @@ def test_a_crash_mid_export_leaves_no_version_and_the_next_export_works(run, tmp
     assert (output / "saved_model.pb").exists()
 
 
+@pytest.mark.slow  # an export process; export_run itself is tested in process above
 def test_export_tool(run, tmp_path):
     output = str(tmp_path / "models" / "electra" / "3")
     result = subprocess.run(
@@ -176,6 +177,9 @@ def test_export_tool(run, tmp_path):
         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "needs TF Serving >= 2.12" in result.stdout
+    # Progress: each signature traced, with an ETA, then the write.
+    assert "export: traced encode_ids: 6/6 signatures (100.0%)" in result.stderr
+    assert "export: wrote the SavedModel and its warm-up requests in" in result.stderr
     loaded = tf.saved_model.load(output)
     out = loaded.signatures["serving_default"](text=tf.constant(["the cat"]))
     assert out["replaced_probability"].shape == (1, 12)

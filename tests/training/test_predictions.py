@@ -34,7 +34,8 @@ def setup(tmp_path_factory):
 def test_views_hold_what_the_model_did(setup):
     vocab, model, batch = setup
     uniform = predictions.noise(0, *batch["masked_lm_ids"].shape)
-    shown = predictions.views(model, batch, vocab, uniform)
+    forward = predictions.predict_fn(model)
+    shown = predictions.views(forward, batch, vocab, uniform)
     outputs = model(batch, uniform=uniform, training=False)
     lengths = batch["input_mask"].numpy().sum(1)
     assert [len(s) for s in shown] == lengths.tolist()
@@ -58,7 +59,7 @@ def test_views_hold_what_the_model_did(setup):
         # Segment B starts after the first [SEP].
         assert [t.segment for t in tokens].index(1) == [t.text for t in tokens].index("[SEP]") + 1
     # The same noise draws the same samples: the view at every evaluation is comparable.
-    assert predictions.views(model, batch, vocab, uniform) == shown
+    assert predictions.views(forward, batch, vocab, uniform) == shown
 
 
 TOKENS = [
