@@ -58,11 +58,9 @@ def run_main(main, argv):
     try:
         return main(argv)
     except errors.UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        _exit_with(e)
     except errors.RunError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+        _exit_with(e, code=1)
 
 
 def parse_flags(argv):
@@ -103,9 +101,9 @@ def _unreadable_config_file(e, argv) -> str | None:
     return f"{_config_arg(argv)}: cannot read the config file ({reason})"
 
 
-def _exit_with(message):
+def _exit_with(message, code: int = 2):
     print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(code)
 
 
 def _config_file_error(e) -> str | None:

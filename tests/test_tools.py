@@ -107,7 +107,8 @@ def test_show_predictions_of_text_and_data(tmp_path):
     # A pipe gets no colour: the probabilities are written out, replaced tokens marked.
     assert "\033[" not in result.stdout
     shown = [lines[i + 1] for i, l in enumerate(lines) if l.startswith("sequence")]
-    assert all(s.startswith("[CLS] ") and "[SEP]" in s for s in shown), shown
+    # (An untrained model's P(replaced) is near 0.5, so [CLS] may carry its "[0.50]".)
+    assert all(s.startswith("[CLS]") and "[SEP]" in s for s in shown), shown
     # Every sequence has a masked token (marked _kept_ or *original→sample*), with its
     # probability.
     assert all(("_[" in s or "*[" in s) for s in shown), shown

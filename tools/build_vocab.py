@@ -31,14 +31,15 @@ def main(argv):
     del argv
     start = time.monotonic()
     source = common_flags.open_corpus_from_flags()
-    show = corpus.progress_of(source, log=lambda line: print(f"reading: {line}", flush=True))
+    progress, read = corpus.progress_of(
+        source, log=lambda line: print(f"reading: {line}", flush=True))
 
     def lines():
         for line in source.lines:
             yield line
-            show()
+            progress.update(read())
     sample, seen = vocab_lib.sample_lines(lines(), _SAMPLE_LINES.value, _SEED.value)
-    show(force=True)
+    progress.update(read(), force=True)
     if seen > len(sample):
         print(f"learning from a uniform sample of {len(sample):,} of {seen:,} lines "
               f"(--sample_lines={_SAMPLE_LINES.value:,})")

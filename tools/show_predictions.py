@@ -64,10 +64,8 @@ def main(argv):
                            masking_config, _SEED.value)
     else:
         files = pipeline.resolve_files(_DATA.value, seq, vocab)
-        dataset = pipeline.pretraining_dataset(files, _NUM_EXAMPLES.value, seq,
-                                               masking_config, is_training=False,
-                                               seed=_SEED.value)
-        batch = next(iter(dataset.take(1)), None)
+        batch = predictions.first_batch(files, _NUM_EXAMPLES.value, seq, masking_config,
+                                        _SEED.value)
         if batch is None:
             raise errors.UserError(f"--data={_DATA.value}: fewer than --num_examples="
                                    f"{_NUM_EXAMPLES.value} sequences")

@@ -15,7 +15,6 @@ from typing import Callable, Iterable
 import tensorflow as tf
 
 from electra_tf import errors
-from electra_tf import progress as progress_lib
 from electra_tf.data import examples
 from electra_tf.data import order
 from electra_tf.text import corpus
@@ -160,10 +159,7 @@ def write_pretraining_data(
     chunk_offsets = [[] for _ in range(num_shards)]  # the training order's index
     packer = _Packer(examples.ExampleBuilder(max_seq_length, vocab.cls_id, vocab.sep_id,
                                              seed=seed))
-    progress = progress_lib.Progress(source.total_bytes, "bytes", log=log, scale=1e-6,
-                                     scaled_unit="MB")
-    if not source.total_bytes and source.stats.total_documents:  # TFDS: its known count
-        progress = progress_lib.Progress(source.stats.total_documents, "documents", log=log)
+    progress, read = corpus.progress_of(source, log)
     failures = []  # exceptions raised on tf.data threads, re-raised here
     tokenizer = tokenizer_lib.make_tokenizer(vocab, lower_case=lower_case)
     tokenized = _tokenized_batches(source.lines, tokenizer, failures)
@@ -189,11 +185,10 @@ def write_pretraining_data(
     try:
         for batch in tokenized:
             write(packer.pack(*batch))
-            if source.stats.total_documents:
-                progress.update(source.stats.documents, examples=num_examples)
-            else:
-                progress.update(source.stats.bytes, documents=packer.num_documents,
-                                examples=num_examples)
+            # TFDS progress counts documents already; files count MB, plus documents.
+            documents = ({} if source.stats.total_documents
+                         else {"documents": packer.num_documents})
+            progress.update(read(), **documents, examples=num_examples)
         write(packer.finish())
         if failures:
             raise failures[0]

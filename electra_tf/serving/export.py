@@ -211,28 +211,16 @@ def export(model: pretrainer.ElectraPretrainer, vocab: tokenizer_lib.Vocab,
         "encode_ids": (encode, ids_spec),
     }
     # Tracing the signatures is most of an export's time: trace each now, with progress.
-    done = _stages(len(endpoints), "traced")
-    for name, (function, specs) in endpoints.items():
+    bar = progress.Progress(len(endpoints), "signatures")
+    for done, (name, (function, specs)) in enumerate(endpoints.items(), start=1):
         archive.add_endpoint(name, function, specs).get_concrete_function()
-        done(name)
+        logging.info("export: traced %s: %s", name, bar.line(done))
 
     texts = np.array(WARMUP_TEXTS, dtype=object)
     requests = [("serving_default", {"text": texts}),
                 ("serving_pair", {"text": texts, "text_pair": texts[::-1]}),
                 ("encode", {"text": texts})]
     return _write(archive, output, requests if warmup else None)
-
-
-def _stages(total: int, verb: str):
-    """Logs `export: <verb> <what>: k/total (pct) ... ETA` as each of `total` like steps
-    ends."""
-    bar = progress.Progress(total, "signatures")
-    count = [0]
-
-    def done(what: str):
-        count[0] += 1
-        logging.info("export: %s %s: %s", verb, what, bar.line(count[0]))
-    return done
 
 
 def export_classifier(model, vocab: tokenizer_lib.Vocab, task, max_seq_length: int,

@@ -119,9 +119,9 @@ def split_sentences(paragraph: str) -> list[str]:
             pending = pending[:-1]
         # "(e.g. Foo)" and '"Dr. Who"' break before the capital: the abbreviation is
         # the last word without the brackets or quotes before it.
-        last_word = pending.rstrip().rsplit(None, 1)[-1].lstrip("\"'")
-        last_word = last_word[next((i for i, c in enumerate(last_word) if not _opens(c)),
-                                   len(last_word)):]
+        last_word = pending.rstrip().rsplit(None, 1)[-1]
+        while last_word[:1] and (last_word[0] in "\"'" or _opens(last_word[0])):
+            last_word = last_word[1:]
         if last_word in _ABBREVIATIONS:
             pending += carried
             continue  # the sentence goes on
@@ -352,17 +352,16 @@ class Corpus:
     size_estimate: int = 0  # text bytes, estimated where unknown (.gz: 4x), for sharding
 
 
-def progress_of(source: Corpus, log) -> Callable[..., None]:
-    """A function that logs how much of `source` has been read (at most every few
-    seconds), with an ETA: MB of text for files, documents of their known count for
-    TFDS (known once the corpus is open)."""
+def progress_of(source: Corpus, log) -> tuple[progress_lib.Progress, Callable[[], int]]:
+    """(a progress bar, how much of `source` has been read) for logging its reading with
+    an ETA: MB of text for files, documents of their known count for TFDS (known once
+    the corpus is open). `bar.update(read())` logs at most every few seconds."""
     stats = source.stats
     if source.total_bytes or not stats.total_documents:
-        bar = progress_lib.Progress(source.total_bytes, "bytes", log=log, scale=1e-6,
-                                    scaled_unit="MB")
-        return lambda force=False: bar.update(stats.bytes, force=force)
-    bar = progress_lib.Progress(stats.total_documents, "documents", log=log)
-    return lambda force=False: bar.update(stats.documents, force=force)
+        return (progress_lib.Progress(source.total_bytes, "bytes", log=log, scale=1e-6,
+                                      scaled_unit="MB"), lambda: stats.bytes)
+    return (progress_lib.Progress(stats.total_documents, "documents", log=log),
+            lambda: stats.documents)
 
 
 def open_corpus(input_pattern: str | None = None, tfds_name: str | None = None,

@@ -67,8 +67,7 @@ def learn_vocab(lines: list[str], vocab_size: int, lower_case: bool = True,
             yield lines[start:start + batch]
             bar.update(min(start + batch, len(lines)))
         bar.update(len(lines), force=True)
-        if log:
-            log(f"learning a {vocab_size:,}-token WordPiece vocab from the word counts")
+        show(f"learning a {vocab_size:,}-token WordPiece vocab from the word counts")
     dataset = tf.data.Dataset.from_generator(
         batches, output_signature=tf.TensorSpec([None], tf.string))
     return bert_vocab_from_dataset.bert_vocab_from_dataset(

@@ -426,9 +426,8 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     eval_data = (distributed_dataset(strategy, eval_files, config, masking, training=False)
                  if eval_files else None)
     shown = config.train.eval_predictions if eval_files and chief else 0
-    shown_batch = (next(iter(pipeline.pretraining_dataset(
-        eval_files, shown, config.data.max_seq_length, masking, is_training=False,
-        seed=config.train.seed).take(1)), None) if shown else None)
+    shown_batch = (predictions.first_batch(eval_files, shown, config.data.max_seq_length,
+                                           masking, config.train.seed) if shown else None)
     if shown and shown_batch is None:
         logging.warning("config.data.eval_files hold fewer than config.train."
                         "eval_predictions=%d sequences: no predictions view", shown)

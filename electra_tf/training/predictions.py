@@ -18,6 +18,7 @@ import html as html_lib
 import numpy as np
 import tensorflow as tf
 
+from electra_tf.data import pipeline
 from electra_tf.text import tokenizer
 
 
@@ -34,6 +35,15 @@ class Token:
     def seen(self) -> str:
         """The token the discriminator read."""
         return self.sample if self.replaced else self.text
+
+
+def first_batch(files: list[str], size: int, max_seq_length: int, masking_config,
+                seed: int) -> dict | None:
+    """The first `size` sequences of `files`, masked as evaluation masks them (the same
+    masks for a seed), or None when the files hold fewer."""
+    dataset = pipeline.pretraining_dataset(files, size, max_seq_length, masking_config,
+                                           is_training=False, seed=seed)
+    return next(iter(dataset.take(1)), None)
 
 
 def noise(seed: int, batch_size: int, num_predictions: int) -> np.ndarray:

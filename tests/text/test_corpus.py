@@ -558,10 +558,10 @@ def test_tfds_progress_counts_documents_of_the_known_total(tfds_dir):
     source = corpus.open_corpus(tfds_name=f"{_TFDS_NAME}:train", tfds_data_dir=tfds_dir)
     assert source.stats.total_documents == len(_TFDS_TEXTS)
     lines = []
-    show = corpus.progress_of(source, log=lines.append)
+    progress, read = corpus.progress_of(source, log=lines.append)
     for _ in source.lines:
-        show()
-    show(force=True)
+        progress.update(read())
+    progress.update(read(), force=True)
     # Every example read, the undecodable one too (it is counted as skipped).
     assert lines[-1].startswith(f"{len(_TFDS_TEXTS)}/{len(_TFDS_TEXTS)} documents (100.0%)")
     assert "ETA" in lines[-1]
