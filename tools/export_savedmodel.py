@@ -1,4 +1,5 @@
-r"""Exports a pre-training run's discriminator as a SavedModel for TF Serving.
+r"""Exports a run as a SavedModel for TF Serving: a pre-training run's discriminator, or a
+fine-tuning run's classifier (its best checkpoint, as the run itself exports it).
 
   python tools/export_savedmodel.py --workdir=RUN --output=MODEL_BASE/1 \
       [--checkpoint=RUN/checkpoints/ckpt-N] [--max_seq_length=N] [--lower_case=true|false]
@@ -14,14 +15,16 @@ from electra_tf import cli  # first: quiets TF's start-up logging
 from absl import flags
 from absl import logging
 
+from electra_tf import errors
 from electra_tf.serving import export
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's --workdir.",
                                required=True)
 _OUTPUT = flags.DEFINE_string("output", None, "MODEL_BASE/<integer version> to create.",
                               required=True)
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None,
-                                  "A checkpoint prefix (default: the run's latest).")
+_CHECKPOINT = flags.DEFINE_string(
+    "checkpoint", None, "A checkpoint prefix (default: a pre-training run's latest, a "
+    "fine-tuning run's best).")
 _MAX_SEQ_LENGTH = flags.DEFINE_integer(
     "max_seq_length", None, "Tokens per request row (default: the run's max_seq_length).")
 _VOCAB_FILE = flags.DEFINE_string(
@@ -34,6 +37,17 @@ _LOWER_CASE = flags.DEFINE_boolean(
 def main(argv):
     del argv
     logging.set_verbosity(logging.INFO)  # its progress lines
+    from electra_tf.finetuning import loop  # pylint: disable=g-import-not-at-top
+    if loop.is_finetuning_run(_WORKDIR.value):
+        if _VOCAB_FILE.value:
+            raise errors.UserError("--vocab_file: a fine-tuning run exports with its own "
+                                   "vocab.txt")
+        path = loop.export_run(_WORKDIR.value, _OUTPUT.value, checkpoint=_CHECKPOINT.value,
+                               max_seq_length=_MAX_SEQ_LENGTH.value,
+                               lower_case=_LOWER_CASE.value)
+        print(f"Exported {path} (signatures: serving_default, serving_ids; needs TF Serving "
+              f">= {export.MIN_TF_SERVING})")
+        return
     path = export.export_run(_WORKDIR.value, _OUTPUT.value, checkpoint=_CHECKPOINT.value,
                              lower_case=_LOWER_CASE.value,
                              max_seq_length=_MAX_SEQ_LENGTH.value,

@@ -15,27 +15,34 @@ import json
 import math
 import os
 
+import ml_collections
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from electra_tf import errors
+from electra_tf import model_config
 from electra_tf import progress
 from electra_tf.data import writer
 from electra_tf.finetuning import glue
 from electra_tf.finetuning import glue_metrics
+from electra_tf.finetuning import hparams
 from electra_tf.finetuning import model as model_lib
 from electra_tf.serving import export
 from electra_tf.training import distribute
 from electra_tf.training import optimizer as optimizer_lib
+from electra_tf.text import tokenizer
 from electra_tf.training import summaries
 
 SUM = tf.distribute.ReduceOp.SUM
 
 
+PRETRAINED_FILE = "pretrained.json"  # in a fine-tuning run: what its encoder was made from
+
+
 def load_pretrained(init_checkpoint: str):
-    """(vocab, restored ElectraPretrainer, lower_case) from a pre-training workdir or one
-    of its checkpoint prefixes (RUN/checkpoints/ckpt-N)."""
+    """(vocab, restored ElectraPretrainer, lower_case, the pre-training run's config) from
+    a pre-training workdir or one of its checkpoint prefixes (RUN/checkpoints/ckpt-N)."""
     if not init_checkpoint:
         raise errors.UserError("config.init_checkpoint is empty: give the pre-training "
                                "run's directory (or one of its checkpoints)")
@@ -50,7 +57,20 @@ def load_pretrained(init_checkpoint: str):
         run_config, vocab, pretrained, _ = export.load_run(workdir, checkpoint)
     except errors.UserError as e:
         raise errors.UserError(f"config.init_checkpoint={init_checkpoint!r}: {e}") from None
-    return vocab, pretrained, export.lower_case_of(run_config)
+    return vocab, pretrained, export.lower_case_of(run_config), run_config
+
+
+def _default_rates(config, discriminator) -> None:
+    """Fills a 0 learning rate or layer-wise decay from the pre-trained model's shape."""
+    defaults = hparams.for_shape(discriminator)
+    filled = []
+    for key in ("learning_rate", "layerwise_lr_decay"):
+        if not config.train[key]:
+            config.train[key] = getattr(defaults, key)
+            filled.append(f"{key} {config.train[key]:g}")
+    if filled:
+        logging.info("Fine-tuning with %s: the defaults of %s (configs/finetune.py:TASK,SIZE "
+                     "or --config.train.* to choose)", " and ".join(filled), defaults.source)
 
 
 def _dataset(examples: glue.Examples, packer, batch_size, training, seed, epoch=0):
@@ -139,6 +159,7 @@ def _check_config(config, workdir):
         raise errors.UserError(f"config.task={config.task!r}: choose one of "
                                f"{', '.join(glue.TASKS)}")
     for key, low in (("train.batch_size", 1), ("train.epochs", 1e-9),
+                     ("train.learning_rate", 0), ("train.layerwise_lr_decay", 0),
                      ("data.max_seq_length", 3), ("train.steps_per_loop", 1)):
         section, name = key.split(".")
         if not config[section][name] >= low:
@@ -167,7 +188,8 @@ def finetune(config, workdir: str, strategy=None) -> dict:
     task = glue.TASKS[config.task]
     strategy = strategy or distribute.get_strategy(config.runtime)
     with strategy.scope():  # the encoder's variables must belong to the strategy
-        vocab, pretrained, lower_case = load_pretrained(config.init_checkpoint)
+        vocab, pretrained, lower_case, run_config = load_pretrained(config.init_checkpoint)
+    _default_rates(config, model_config.shape(run_config).discriminator)
     if config.data.max_seq_length > pretrained.max_sequence_length:
         raise errors.UserError(f"config.data.max_seq_length={config.data.max_seq_length} "
                                f"exceeds the model's {pretrained.max_sequence_length} positions")
@@ -220,6 +242,11 @@ def finetune(config, workdir: str, strategy=None) -> dict:
     vocab_copy = os.path.join(workdir, "vocab.txt")
     if not tf.io.gfile.exists(vocab_copy):
         tf.io.gfile.copy(vocab.path, vocab_copy)
+    # The encoder's shape and tokenization, so that the run exports on its own
+    # (tools/export_savedmodel.py --workdir=THIS_RUN) wherever the pre-training run is.
+    writer.write_json_atomic({"init_checkpoint": config.init_checkpoint,
+                              "lower_case": lower_case, "config": run_config.to_dict()},
+                             os.path.join(workdir, PRETRAINED_FILE))
     train_writer = tf.summary.create_file_writer(os.path.join(workdir, "logs", "train"))
     eval_writers = {s: tf.summary.create_file_writer(os.path.join(workdir, "logs", s))
                     for s in evals}
@@ -297,3 +324,66 @@ def _evaluate(tuner, task, eval_data, eval_writers, state, step, best_dir):
         state["best"] = {"step": step, "score": score, "metric": f"{first}/{task.primary_metric}",
                          "metrics": metrics}
         tf.train.Checkpoint(model=tuner.model).write(_best_prefix(best_dir, step))
+
+
+def is_finetuning_run(workdir: str) -> bool:
+    """Whether `workdir` holds a fine-tuning run (its config.json names a task)."""
+    path = os.path.join(workdir, "config.json")
+    if not tf.io.gfile.exists(path):
+        return False
+    with tf.io.gfile.GFile(path) as f:
+        try:
+            return "task" in json.load(f)
+        except ValueError:
+            return False
+
+
+def export_run(workdir: str, output: str, checkpoint: str | None = None,
+               max_seq_length: int | None = None, lower_case: bool | None = None) -> str:
+    """`export.export_classifier` of a fine-tuning run: its best checkpoint (the one
+    results.json names) or `checkpoint`, built from the run's own files (config.json,
+    pretrained.json, vocab.txt), not from the pre-training run."""
+    config_path, pretrained_path = (os.path.join(workdir, name)
+                                    for name in ("config.json", PRETRAINED_FILE))
+    with tf.io.gfile.GFile(config_path) as f:
+        config = json.load(f)
+    task = glue.get_task(config["task"])
+    if not tf.io.gfile.exists(pretrained_path):
+        raise errors.UserError(f"{pretrained_path}: not found (a fine-tuning run made before "
+                               "it was written: re-run its fine-tuning command to add it)")
+    with tf.io.gfile.GFile(pretrained_path) as f:
+        pretrained = json.load(f)
+    if checkpoint is None:
+        results_path = os.path.join(workdir, "results.json")
+        best = None
+        if tf.io.gfile.exists(results_path):
+            with tf.io.gfile.GFile(results_path) as f:
+                best = json.load(f).get("best")
+        if not best:
+            raise errors.UserError(f"{results_path}: no best evaluation yet; finish the run "
+                                   "or give --checkpoint=RUN/checkpoints/ckpt-N")
+        checkpoint = _best_prefix(os.path.join(workdir, "best"), best["step"])
+    if not tf.io.gfile.exists(checkpoint + ".index"):
+        raise errors.UserError(f"--checkpoint={checkpoint}: no such checkpoint")
+    vocab = tokenizer.Vocab.load(os.path.join(workdir, "vocab.txt"))
+    model = model_config.pretrainer(ml_collections.ConfigDict(pretrained["config"]),
+                                    vocab.size, dtype="float32")
+    classifier = model_lib.Classifier(model.discriminator, task.num_labels, name="classifier")
+    seq = max_seq_length or config["data"]["max_seq_length"]
+    if not 3 <= seq <= model.max_sequence_length:
+        raise errors.UserError(f"--max_seq_length={seq}: must be in 3.."
+                               f"{model.max_sequence_length} (the position table)")
+    classifier({"input_ids": tf.zeros([1, seq], tf.int32),
+                "input_mask": tf.ones([1, seq], tf.int32),
+                "segment_ids": tf.zeros([1, seq], tf.int32)})
+    try:
+        tf.train.Checkpoint(model=classifier).read(checkpoint).expect_partial() \
+            .assert_existing_objects_matched()
+    except (tf.errors.NotFoundError, tf.errors.DataLossError, AssertionError,
+            ValueError) as e:
+        raise errors.UserError(f"{checkpoint}: cannot restore the classifier "
+                               f"({' '.join(str(e).split())[:300]})") from None
+    logging.info("export: %s's classifier from %s", task.name, checkpoint)
+    return export.export_classifier(classifier, vocab, task, seq, output,
+                                    lower_case=pretrained["lower_case"] if lower_case is None
+                                    else lower_case)

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from configs import finetune as finetune_configs  # pylint: disable=g-bad-import-order
+from electra_tf import errors
 from electra_tf.finetuning import loop
 from electra_tf.finetuning import model as model_lib
 from electra_tf.model import encoder
@@ -83,8 +84,7 @@ def _config(task, pretrained, data_dir, **train):
     config.init_checkpoint = pretrained
     config.data.dir = data_dir
     config.data.max_seq_length = SEQ
-    config.train.batch_size = 16
-    config.train.learning_rate = 2e-3
+    config.train.batch_size = 16  # the learning rate: the tiny model's default (1e-3)
     config.train.epochs = 6
     config.runtime.strategy = "one_device"
     for key, value in train.items():
@@ -106,6 +106,8 @@ def test_toy_task_beats_chance_and_writes_results(task, metric, chance, pretrain
     print(task, best)  # the figures of the closing note (pytest -s)
     assert best["validation"][metric] > chance + 0.25, best
 
+    saved = json.load(open(os.path.join(workdir, "config.json")))["train"]
+    assert (saved["learning_rate"], saved["layerwise_lr_decay"]) == (1e-3, 0.8)  # tiny's
     results = json.load(open(os.path.join(workdir, "results.json")))
     assert results["task"] == task and len(results["evaluations"]) == 6  # once per epoch
     assert results["best"]["metrics"] == best
@@ -163,6 +165,15 @@ def test_exported_classifier_runs_in_the_session_loader(pretrained, tmp_path):
                                                   text_pair=tf.constant(pairs))
     np.testing.assert_allclose(got["probabilities"], direct["probabilities"], atol=1e-6)
 
+    # The run exports again from its own files (tools/export_savedmodel.py --workdir=RUN),
+    # the same model, whatever becomes of the pre-training run.
+    again = tf.saved_model.load(loop.export_run(workdir, str(tmp_path / "models" / "2")))
+    redone = again.signatures["serving_default"](text=tf.constant(texts),
+                                                 text_pair=tf.constant(pairs))
+    np.testing.assert_allclose(redone["probabilities"], direct["probabilities"], atol=1e-6)
+    with pytest.raises(errors.UserError, match="no such checkpoint"):
+        loop.export_run(workdir, str(tmp_path / "models" / "3"), checkpoint=workdir + "/x")
+
 
 @pytest.mark.slow  # three fine-tuning processes
 def test_binary_resumes_and_refuses_bad_input(pretrained, tmp_path):
@@ -184,6 +195,12 @@ def test_binary_resumes_and_refuses_bad_input(pretrained, tmp_path):
     steps = [e["step"] for e in json.load(open(os.path.join(workdir, "results.json")))
              ["evaluations"]]
     assert steps == [3, 6]
+    export = subprocess.run([sys.executable, "tools/export_savedmodel.py",
+                             f"--workdir={workdir}", f"--output={tmp_path}/models/7"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert export.returncode == 0, export.stderr[-3000:]
+    assert "signatures: serving_default, serving_ids" in export.stdout
+    assert "sst2's classifier from" in export.stderr
 
     with open(data / "train.tsv", "a", encoding="utf-8") as f:
         f.write("a sentence with a bad label\t7\n")
@@ -203,7 +220,6 @@ def test_binary_resumes_and_refuses_bad_input(pretrained, tmp_path):
     ({"data.dir": "/nonexistent/glue"}, "config.data.dir='/nonexistent/glue'"),
 ])
 def test_bad_config_is_a_one_line_error(override, message, pretrained, tmp_path):
-    from electra_tf import errors  # pylint: disable=g-import-not-at-top
     data = _toy_data(tmp_path, "sst2", 32, 16)
     config = _config("sst2", pretrained, str(data))
     for key, value in override.items():
@@ -217,7 +233,6 @@ def test_bad_config_is_a_one_line_error(override, message, pretrained, tmp_path)
 
 
 def test_resume_with_a_different_batch_size_is_refused(pretrained, tmp_path):
-    from electra_tf import errors  # pylint: disable=g-import-not-at-top
     data = _toy_data(tmp_path, "sst2", 32, 16)
     workdir = str(tmp_path / "run")
     loop.finetune(_config("sst2", pretrained, str(data), epochs=1), workdir)

@@ -1,14 +1,18 @@
 """Tests of `electra_tf.finetuning.glue`: task specs, GLUE's TSV layouts, bad input, TFDS."""
 
+import dataclasses
 import os
 from unittest import mock
 
 import numpy as np
 import pytest
 
+from configs import finetune as finetune_configs  # pylint: disable=g-bad-import-order
 from electra_tf import errors
 from electra_tf.finetuning import glue
 from electra_tf.finetuning import glue_metrics
+from electra_tf.finetuning import hparams
+from electra_tf.model import sizes
 
 
 def _write(path, lines, encoding="utf-8", end="\n") -> str:
@@ -104,10 +108,6 @@ def test_the_original_electras_labels_and_defaults():
     epochs = {name: spec.num_train_epochs for name, spec in glue.TASKS.items()}
     assert epochs == {name: 10.0 if name in ("rte", "stsb") else 3.0 for name in epochs}
     for spec in glue.TASKS.values():
-        assert dict(spec.learning_rate) == {"tiny": 1e-4, "small": 1e-4, "base": 1e-4,
-                                            "large": 5e-5}
-        assert spec.layerwise_lr_decay["base"] == 0.8
-        assert spec.layerwise_lr_decay["large"] == 0.9
         assert (spec.train_batch_size, spec.max_seq_length, spec.warmup_proportion,
                 spec.weight_decay_rate) == (32, 128, 0.1, 0.01)
     assert {n for n, s in glue.TASKS.items() if s.double_unordered} == {"mrpc", "stsb"}
@@ -119,7 +119,29 @@ def test_specs_are_read_only():
     with pytest.raises(Exception):
         spec.num_train_epochs = 1.0
     with pytest.raises(TypeError):
-        spec.learning_rate["small"] = 1.0
+        hparams.LEARNING_RATE["small"] = 1.0
+
+
+def test_learning_rate_and_decay_come_from_the_model_unless_a_size_is_named():
+    # The original's per size (its configure_finetuning.py); tiny is ours.
+    assert dict(hparams.LEARNING_RATE) == {"tiny": 1e-3, "small": 1e-4, "base": 1e-4,
+                                           "large": 5e-5}
+    assert dict(hparams.LAYERWISE_LR_DECAY) == {"tiny": 0.8, "small": 0.8, "base": 0.8,
+                                                "large": 0.9}
+    config = finetune_configs.get_config("mrpc")  # 0: filled from the pre-trained run
+    assert (config.train.learning_rate, config.train.layerwise_lr_decay) == (0.0, 0.0)
+    config = finetune_configs.get_config("mrpc,large")
+    assert (config.train.learning_rate, config.train.layerwise_lr_decay) == (5e-5, 0.9)
+    with pytest.raises(ValueError, match="unknown size 'huge'; choose one of tiny, small"):
+        finetune_configs.get_config("mrpc,huge")
+    # A preset's shape gets the preset's values; a custom one lies between its neighbours.
+    for name, size in sizes.SIZES.items():
+        assert hparams.for_shape(size) == hparams.for_size(name)
+    wide = dataclasses.replace(sizes.SIZES["base"], hidden_size=896, num_heads=14)
+    assert 5e-5 < hparams.for_shape(wide).learning_rate < 1e-4
+    assert hparams.for_shape(wide).layerwise_lr_decay == 0.8
+    narrow = dataclasses.replace(sizes.SIZES["tiny"], hidden_size=32, num_heads=1)
+    assert hparams.for_shape(narrow).learning_rate == 1e-3  # clamped to the presets' range
 
 
 def test_label_index():
