@@ -109,7 +109,7 @@ def forge_step(checkpoint_dir, step):
     return prefix
 
 
-def write_pretrained_run(directory, max_seq_length=16):
+def write_pretrained_run(directory, max_seq_length=16, dropout=None):
     """A tiny pre-training workdir with random weights (config.json, vocab.txt, a
     model-only checkpoint), as export and fine-tuning read it. Returns (vocab, model)."""
     import json  # pylint: disable=g-import-not-at-top
@@ -119,6 +119,8 @@ def write_pretrained_run(directory, max_seq_length=16):
     vocab = write_vocab(str(directory))
     config = electra_configs.get_config("tiny")
     config.data.max_seq_length = max_seq_length
+    if dropout is not None:
+        config.model.dropout = dropout
     config = model_config.resolve(config)
     model = model_config.pretrainer(config, vocab.size).build_for(max_seq_length, 3)
     checkpoint = tf.train.Checkpoint(step=tf.Variable(7, dtype=tf.int64), model=model)

@@ -8,7 +8,11 @@
        results.json, the best checkpoint (by the task's primary metric) in DIR/best
     DIR/export/<step>: the best model as a SavedModel (serving.export.export_classifier)
 
-Re-running the same command resumes from DIR/checkpoints.
+Re-running the same command resumes from DIR/checkpoints. Any strategy pre-training runs
+under: one device, mirrored, multi_worker and TPU see the same global batches (`_dataset`),
+evaluate every dev example once on every replica's share, gathered so that every worker
+computes the same metrics; the chief writes the run (the others write aside, then remove
+it).
 """
 
 import json
@@ -73,19 +77,43 @@ def _default_rates(config, discriminator) -> None:
                      "or --config.train.* to choose)", " and ".join(filled), defaults.source)
 
 
-def _dataset(examples: glue.Examples, packer, batch_size, training, seed, epoch=0):
-    text_b = examples.text_b if examples.text_b is not None else [""] * len(examples)
-    data = tf.data.Dataset.from_tensor_slices(
-        (list(examples.text_a), list(text_b), examples.labels))
-    if training:
-        data = data.shuffle(len(examples), seed=seed + epoch)
-    data = data.batch(batch_size, drop_remainder=training)
+def _dataset(strategy, examples: glue.Examples, packer, global_batch, training, seed,
+             epoch=0, skip=0):
+    """The examples as distributed batches of (inputs, labels, valid): the same global
+    batches whatever the strategy (one device, replicas, workers, TPU cores), each input
+    pipeline taking its share of every global batch's rows.
+
+    Training: shuffled per epoch (seed + epoch), whole batches, `skip` of them consumed
+    (resume). Evaluation: in order, the last batch padded with `valid` 0 rows, so that
+    every replica runs every step on static shapes; `FineTuner.evaluate` drops them.
+    """
+    n = len(examples)
+    columns = [list(examples.text_a),
+               list(examples.text_b) if examples.text_b is not None else [""] * n,
+               examples.labels, np.ones(n, np.int32)]  # int: collectives gather no bools
+    pad = 0 if training else -n % global_batch
+    if pad:  # copies of the first example, marked invalid
+        columns = [np.concatenate([np.asarray(c), np.repeat(np.asarray(c)[:1], pad)])
+                   for c in columns]
+        columns[3][n:] = 0
     pair = examples.text_b is not None
 
-    def pack(a, b, labels):
+    def pack(a, b, labels, valid):
         ids, mask, segments = packer.pack(a, b) if pair else packer.pack(a)
-        return {"input_ids": ids, "input_mask": mask, "segment_ids": segments}, labels
-    return data.map(pack, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        return {"input_ids": ids, "input_mask": mask, "segment_ids": segments}, labels, valid
+
+    def make(context: tf.distribute.InputContext):
+        data = tf.data.Dataset.from_tensor_slices(tuple(columns))
+        if training:
+            data = data.shuffle(n, seed=seed + epoch)
+        data = data.batch(global_batch, drop_remainder=True).skip(skip)
+        share = global_batch // context.num_input_pipelines
+        first = context.input_pipeline_id * share
+        data = data.map(lambda *c: tuple(x[first:first + share] for x in c)).unbatch()
+        data = data.batch(context.get_per_replica_batch_size(global_batch),
+                          drop_remainder=True)
+        return data.map(pack, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    return strategy.distribute_datasets_from_function(make)
 
 
 class FineTuner:
@@ -97,7 +125,8 @@ class FineTuner:
         distribute.local_batch_size(strategy, self.global_batch)  # or a clear error
         with strategy.scope():
             self.model = model_lib.Classifier(encoder, task.num_labels,
-                                              dropout=config.model.dropout, name="classifier")
+                                              dropout=config.model.dropout,
+                                              seed=config.train.seed, name="classifier")
             seq = config.data.max_seq_length
             self.model({"input_ids": tf.zeros([1, seq], tf.int32),
                         "input_mask": tf.ones([1, seq], tf.int32),
@@ -114,7 +143,7 @@ class FineTuner:
             self.optimizer.build(self.model.trainable_variables)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.train_steps = tf.function(self._train_steps)
-        self.predict = tf.function(lambda x: self.model(x, training=False))
+        self._eval_step = tf.function(self._eval_step)
 
     def _loss(self, logits, labels):
         if self.task.is_regression:  # the original regresses score / max (STS-B: / 5)
@@ -136,19 +165,27 @@ class FineTuner:
     def _train_steps(self, iterator, num_steps):
         total = tf.constant(0.0)
         for _ in tf.range(num_steps):
-            inputs, labels = next(iterator)
+            inputs, labels, _ = next(iterator)
             loss = self.strategy.run(self._replica_step, args=(inputs, labels))
             total += self.strategy.reduce(SUM, loss, axis=None)
             self.step.assign_add(1)
         return total / tf.cast(num_steps, tf.float32)
 
+    def _eval_step(self, inputs, labels, valid):
+        """Every replica's logits, labels and valid flags, gathered on every worker."""
+        logits = self.strategy.run(lambda x: self.model(x, training=False), args=(inputs,))
+        return tuple(self.strategy.gather(t, axis=0) for t in (logits, labels, valid))
+
     def evaluate(self, dataset) -> tuple[np.ndarray, np.ndarray]:
+        """(predictions, labels) of a `_dataset(training=False)`: the same arrays on every
+        worker, so that every worker takes the same best step."""
         predictions, labels = [], []
-        for inputs, batch_labels in dataset:
-            logits = self.predict(inputs).numpy()
-            predictions.append(logits[:, 0] * self.task.score_range[1] if self.task.is_regression
-                               else logits.argmax(-1))
-            labels.append(batch_labels.numpy())
+        for batch in dataset:
+            logits, batch_labels, valid = (t.numpy() for t in self._eval_step(*batch))
+            valid = valid.astype(bool)
+            predictions.append((logits[:, 0] * self.task.score_range[1]
+                                if self.task.is_regression else logits.argmax(-1))[valid])
+            labels.append(batch_labels[valid])
         return np.concatenate(predictions), np.concatenate(labels)
 
 
@@ -164,9 +201,6 @@ def _check_config(config, workdir):
         section, name = key.split(".")
         if not config[section][name] >= low:
             raise errors.UserError(f"config.{key}={config[section][name]} must be >= {low:g}")
-    if config.runtime.strategy in ("tpu", "multi_worker"):
-        raise errors.UserError(f"config.runtime.strategy={config.runtime.strategy}: "
-                               "fine-tuning runs on one machine (auto, mirrored or one_device)")
     saved_path = os.path.join(workdir, "config.json")
     if tf.io.gfile.exists(saved_path):
         with tf.io.gfile.GFile(saved_path) as f:
@@ -220,39 +254,50 @@ def finetune(config, workdir: str, strategy=None) -> dict:
     packer = export.TextPacker(vocab, config.data.max_seq_length, lower_case)
     tuner = FineTuner(config, strategy, task, pretrained.discriminator, steps)
 
+    # The chief writes the run; the other workers (multi_worker) save alongside it, as
+    # checkpoints and SavedModels under a strategy must be written by every worker, into
+    # WORKDIR/tmp/worker_N, removed at the end. Every worker resumes from the chief's files.
+    chief = distribute.is_chief(strategy)
+    own = workdir if chief else os.path.join(workdir, "tmp",
+                                             f"worker_{distribute.worker_id(strategy)}")
     checkpoint = tf.train.Checkpoint(step=tuner.step, model=tuner.model,
                                      optimizer=tuner.optimizer)
-    manager = tf.train.CheckpointManager(checkpoint, os.path.join(workdir, "checkpoints"),
+    manager = tf.train.CheckpointManager(checkpoint, os.path.join(own, "checkpoints"),
                                          max_to_keep=1, step_counter=tuner.step)
-    best_dir = os.path.join(workdir, "best")
-    results_path = os.path.join(workdir, "results.json")
+    best_dir = os.path.join(own, "best")
+    results_path = os.path.join(own, "results.json")
     state = {"task": task.name, "best": None, "evaluations": []}
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        if tf.io.gfile.exists(results_path):
-            with tf.io.gfile.GFile(results_path) as f:
+    latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+    if latest:
+        checkpoint.restore(latest).assert_existing_objects_matched()
+        chief_results = os.path.join(workdir, "results.json")
+        if tf.io.gfile.exists(chief_results):
+            with tf.io.gfile.GFile(chief_results) as f:
                 state = json.load(f)
             # Evaluations after the restored step are replayed: drop their records.
             restored = int(tuner.step.numpy())
             state["evaluations"] = [e for e in state["evaluations"] if e["step"] <= restored]
-        logging.info("Resumed from %s at step %d", manager.latest_checkpoint,
-                     int(tuner.step.numpy()))
-    tf.io.gfile.makedirs(workdir)
-    writer.write_json_atomic(config.to_dict(), os.path.join(workdir, "config.json"))
-    vocab_copy = os.path.join(workdir, "vocab.txt")
-    if not tf.io.gfile.exists(vocab_copy):
-        tf.io.gfile.copy(vocab.path, vocab_copy)
-    # The encoder's shape and tokenization, so that the run exports on its own
-    # (tools/export_savedmodel.py --workdir=THIS_RUN) wherever the pre-training run is.
-    writer.write_json_atomic({"init_checkpoint": config.init_checkpoint,
-                              "lower_case": lower_case, "config": run_config.to_dict()},
-                             os.path.join(workdir, PRETRAINED_FILE))
-    train_writer = tf.summary.create_file_writer(os.path.join(workdir, "logs", "train"))
-    eval_writers = {s: tf.summary.create_file_writer(os.path.join(workdir, "logs", s))
-                    for s in evals}
-    summaries.write_config(train_writer, config)
-    summaries.write_hparams(os.path.join(workdir, "logs"), config)  # dev metrics per run
-    eval_data = {s: _dataset(e, packer, batch, False, config.train.seed)
+        logging.info("Resumed from %s at step %d", latest, int(tuner.step.numpy()))
+    tf.io.gfile.makedirs(own)
+    if chief:
+        writer.write_json_atomic(config.to_dict(), os.path.join(workdir, "config.json"))
+        vocab_copy = os.path.join(workdir, "vocab.txt")
+        if not tf.io.gfile.exists(vocab_copy):
+            tf.io.gfile.copy(vocab.path, vocab_copy)
+        # The encoder's shape and tokenization, so that the run exports on its own
+        # (tools/export_savedmodel.py --workdir=THIS_RUN) wherever the pre-training run is.
+        writer.write_json_atomic({"init_checkpoint": config.init_checkpoint,
+                                  "lower_case": lower_case, "config": run_config.to_dict()},
+                                 os.path.join(workdir, PRETRAINED_FILE))
+        train_writer = tf.summary.create_file_writer(os.path.join(workdir, "logs", "train"))
+        eval_writers = {s: tf.summary.create_file_writer(os.path.join(workdir, "logs", s))
+                        for s in evals}
+        summaries.write_config(train_writer, config)
+        summaries.write_hparams(os.path.join(workdir, "logs"), config)  # dev metrics per run
+    else:
+        train_writer = tf.summary.create_noop_writer()
+        eval_writers = {s: train_writer for s in evals}
+    eval_data = {s: _dataset(strategy, e, packer, batch, False, config.train.seed)
                  for s, e in evals.items()}
 
     step = start = int(tuner.step.numpy())
@@ -260,8 +305,8 @@ def finetune(config, workdir: str, strategy=None) -> dict:
     eval_every = config.train.eval_every or steps_per_epoch
     while step < steps:
         epoch, offset = divmod(step, steps_per_epoch)
-        data = _dataset(train, packer, batch, True, config.train.seed, epoch).skip(offset)
-        iterator = iter(strategy.experimental_distribute_dataset(data))
+        iterator = iter(_dataset(strategy, train, packer, batch, True, config.train.seed,
+                                 epoch, skip=offset))
         while offset < steps_per_epoch and step < steps:
             n = min(steps_per_epoch - offset, steps - step, eval_every - step % eval_every,
                     config.train.steps_per_loop)
@@ -285,15 +330,30 @@ def finetune(config, workdir: str, strategy=None) -> dict:
 
     # Export the best model: restore its weights, write the SavedModel, keep going.
     best = _best_prefix(best_dir, state["best"]["step"])
+    if not chief and not tf.io.gfile.exists(best + ".index"):
+        # A best of an earlier run (before this resume): the chief's, written back then.
+        best = _best_prefix(os.path.join(workdir, "best"), state["best"]["step"])
     if not tf.io.gfile.exists(best + ".index"):
         raise errors.UserError(f"{best}: the best checkpoint results.json names is missing")
     tf.train.Checkpoint(model=tuner.model).read(best).assert_existing_objects_matched()
-    output = os.path.join(workdir, "export", str(state["best"]["step"]))
-    if not tf.io.gfile.exists(output):
+    exported = os.path.join(workdir, "export", str(state["best"]["step"]))
+    # Decided on what every worker read at the start (results.json), never on what the
+    # chief may be writing now: every worker exports, or none.
+    if state.get("export") != exported:
+        output = os.path.join(own, "export", str(state["best"]["step"]))
+        if tf.io.gfile.exists(output):  # exported before results.json could say so
+            tf.io.gfile.rmtree(output)
         export.export_classifier(tuner.model, vocab, task, config.data.max_seq_length,
                                  output, lower_case=lower_case)
-    state["export"] = output
+    state["export"] = exported
     writer.write_json_atomic(state, results_path)
+    if not chief:
+        tf.io.gfile.rmtree(own)
+        try:  # WORKDIR/tmp, once the last of the other workers has removed its own
+            if not tf.io.gfile.listdir(os.path.dirname(own)):
+                tf.io.gfile.rmtree(os.path.dirname(own))
+        except tf.errors.OpError:
+            pass  # another worker removed it, or is still writing
     return state["best"]["metrics"]
 
 
@@ -315,7 +375,7 @@ def _evaluate(tuner, task, eval_data, eval_writers, state, step, best_dir):
         predictions, labels = tuner.evaluate(data)
         metrics[split] = glue_metrics.compute(task.name, predictions, labels)
         summaries.write_scalars(eval_writers[split], metrics[split], step)
-        logging.info("eval %s at step %d: %s", split, step,
+        logging.info("eval %s at step %d (%d examples): %s", split, step, len(labels),
                      " ".join(f"{k} {v:.4f}" for k, v in metrics[split].items()))
     first = task.eval_splits[0]
     score = metrics[first][task.primary_metric]

@@ -37,13 +37,16 @@ class Classifier(keras.Model):
     """Discriminator encoder → [CLS] → dropout → dense(num_labels): logits `[B, labels]`."""
 
     def __init__(self, encoder: encoder_lib.Encoder, num_labels: int, dropout: float = 0.1,
-                 **kwargs):
+                 seed: int | None = None, **kwargs):
         super().__init__(**kwargs)
         self.encoder = encoder
         self.num_labels = num_labels
         self.head_dropout = keras.layers.Dropout(dropout, name="task_dropout")
-        # The original's tf.layers.dense default: Glorot-uniform (Keras' default too).
-        self.head = keras.layers.Dense(num_labels, name="task_output")
+        # The original's tf.layers.dense default: Glorot-uniform (Keras' default too),
+        # seeded: the same run's head starts the same under any strategy.
+        self.head = keras.layers.Dense(
+            num_labels, kernel_initializer=keras.initializers.GlorotUniform(seed=seed),
+            name="task_output")
 
     def call(self, inputs, training=None):
         sequence = self.encoder({"token_ids": inputs["input_ids"],

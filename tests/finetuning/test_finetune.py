@@ -211,12 +211,65 @@ def test_binary_resumes_and_refuses_bad_input(pretrained, tmp_path):
     assert last.startswith("error:") and "train.tsv" in last and ":50" in last, last
 
 
+@pytest.mark.slow  # three fine-tuning processes, two of them one run
+def test_two_local_workers_fine_tune_as_one_worker_does(tmp_path):
+    """multi_worker: the same global batches, every dev example evaluated once (20 with
+    batch 16: the last batch padded), the same metrics; only the chief writes."""
+    from tests.training import test_distribute as td  # pylint: disable=g-import-not-at-top
+    pretrained = tmp_path / "pretrained"
+    pretrained.mkdir()  # without dropout: the runs differ only in the order of sums
+    helpers.write_pretrained_run(pretrained, SEQ, dropout=0.0)
+    data = _toy_data(tmp_path, "sst2", 96, 20)
+    command = [sys.executable, "-m", "electra_tf.finetune",
+               "--config=configs/finetune.py:sst2", f"--config.init_checkpoint={pretrained}",
+               f"--config.data.dir={data}", f"--config.data.max_seq_length={SEQ}",
+               "--config.train.batch_size=16", "--config.train.epochs=3",
+               "--config.model.dropout=0.0"]
+    one = subprocess.run(command + [f"--workdir={tmp_path}/one",
+                                    "--config.runtime.strategy=one_device"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600, env=td._env())  # pylint: disable=protected-access
+    assert one.returncode == 0, one.stderr[-3000:]
+
+    two = str(tmp_path / "two")
+    workers = [f"127.0.0.1:{td._free_port()}" for _ in range(2)]  # pylint: disable=protected-access
+    procs, logs = [], []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        logs.append(str(tmp_path / f"worker_{index}.log"))
+        with open(logs[-1], "w") as out:
+            procs.append(subprocess.Popen(
+                command + [f"--workdir={two}", "--config.runtime.strategy=multi_worker"],
+                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                env=td._env(TF_CONFIG=json.dumps(tf_config))))  # pylint: disable=protected-access
+    td._wait_all(procs, logs, timeout=480)  # pylint: disable=protected-access
+    for proc, log in zip(procs, logs):
+        assert proc.returncode == 0, td._tail(log, 60)  # pylint: disable=protected-access
+        text = td._tail(log, 400)  # pylint: disable=protected-access
+        assert "MultiWorkerMirroredStrategy: 2 replica(s)" in text
+        assert text.count("eval validation at step ") == 3, text[-3000:]
+        assert "eval validation at step 18 (20 examples): accuracy" in text  # none twice
+
+    a = json.load(open(tmp_path / "one" / "results.json"))
+    b = json.load(open(os.path.join(two, "results.json")))
+    assert [e["step"] for e in a["evaluations"]] == [e["step"] for e in b["evaluations"]] == [
+        6, 12, 18]
+    for ea, eb in zip(a["evaluations"], b["evaluations"]):
+        assert eb["metrics"]["validation"] == pytest.approx(ea["metrics"]["validation"],
+                                                            abs=1e-6), (ea, eb)
+    print("one worker:", a["best"], "two workers:", b["best"])  # the closing note's figures
+    assert a["best"]["step"] == b["best"]["step"]
+    assert os.path.exists(os.path.join(b["export"], "saved_model.pb"))
+    assert not os.path.exists(os.path.join(two, "tmp"))  # the other worker's, removed
+    assert sorted(os.listdir(os.path.join(two, "best"))) == sorted(
+        os.listdir(tmp_path / "one" / "best"))
+
+
 @pytest.mark.parametrize("override, message", [
     ({"init_checkpoint": "/nonexistent/ckpt-3"}, "neither a run directory"),
     ({"train.batch_size": 0}, "config.train.batch_size=0 must be >= 1"),
     ({"train.epochs": 0.0}, "config.train.epochs=0.0 must be"),
     ({"data.max_seq_length": 2}, "config.data.max_seq_length=2 must be >= 3"),
-    ({"runtime.strategy": "multi_worker"}, "fine-tuning runs on one machine"),
+    ({"train.learning_rate": -1e-3}, "config.train.learning_rate=-0.001 must be >= 0"),
     ({"data.dir": "/nonexistent/glue"}, "config.data.dir='/nonexistent/glue'"),
 ])
 def test_bad_config_is_a_one_line_error(override, message, pretrained, tmp_path):

@@ -192,8 +192,11 @@ def test_mirrored_over_two_cpus_gives_the_one_device_loss_and_gradients(strategy
     for key, name in zip(grads, one_info["names"]):
         scale = np.abs(one[key]).max()
         assert scale > 0, f"{name}: zero gradient, the comparison would prove nothing"
-        np.testing.assert_allclose(mirrored[key], one[key], rtol=RTOL, atol=RTOL * scale,
-                                   err_msg=name)
+        # + 1e-9: the attention key biases' gradients are 0 in exact arithmetic (softmax
+        # ignores a constant added to every score): rounding, ~1e-14, in another order on
+        # each machine (this failed on one CI machine without it).
+        np.testing.assert_allclose(mirrored[key], one[key], rtol=RTOL,
+                                   atol=RTOL * scale + 1e-9, err_msg=name)
 
 
 @pytest.mark.parametrize("name", ["one_device", "mirrored"])
