@@ -30,6 +30,9 @@ def get_config(arg: str = "mrpc") -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.task = task_name               # from TASK above: the defaults below are its own
     config.init_checkpoint = ""   # the pre-training run's workdir (or RUN/checkpoints/ckpt-N)
+    # The best model's predictions on the test split(s), in GLUE's submission format:
+    # WORKDIR/test_predictions/<CoLA.tsv, MNLI-m.tsv, ...>.
+    config.predict_test = False
 
     config.data = ml_collections.ConfigDict()
     config.data.dir = ""                  # GLUE's TSVs for this task (train.tsv, dev*.tsv)

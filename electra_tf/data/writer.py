@@ -259,9 +259,14 @@ def tokenizer_settings(lower_case: bool) -> dict:
 
 
 def write_json_atomic(obj: dict, path: str) -> None:
+    write_text_atomic(json.dumps(obj, indent=2) + "\n", path)
+
+
+def write_text_atomic(text: str, path: str) -> None:
+    """`text` to `path` through a temporary file: a crash leaves the old file or the new."""
     tmp = path + ".tmp"
     with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(json.dumps(obj, indent=2) + "\n")
+        f.write(text)
     tf.io.gfile.rename(tmp, path, overwrite=True)
 
 

@@ -159,6 +159,7 @@ class Examples:
     source: str                      # the file, or "glue/<task>:<split>" for TFDS
     skipped: int = 0                 # bad rows skipped with on_bad="skip"
     first_skipped: str = ""          # "where: problem" of the first one
+    ids: list[str] | None = None     # test splits: each row's GLUE index (labels are 0)
 
     def __len__(self) -> int:
         return len(self.text_a)
@@ -227,6 +228,28 @@ _LAYOUTS = {
     "qnli": _Layout((1, 2), 3, {1: "question", 2: "sentence", 3: "label"}),
     "rte": _Layout((1, 2), 3, {1: "sentence1", 2: "sentence2", 3: "label"}),
 }
+
+# The unlabelled test files: split → (its file, the file GLUE's leaderboard wants its
+# predictions in); then the id column and the text columns, by header name (GLUE's test
+# files all have one; MNLI's has more columns than its dev files).
+_TESTS = {
+    "cola": ({"test": ("test.tsv", "CoLA.tsv")}, ("index", "sentence")),
+    "sst2": ({"test": ("test.tsv", "SST-2.tsv")}, ("index", "sentence")),
+    "mrpc": ({"test": ("test.tsv", "MRPC.tsv")}, ("index", "#1 String", "#2 String")),
+    "stsb": ({"test": ("test.tsv", "STS-B.tsv")}, ("index", "sentence1", "sentence2")),
+    "qqp": ({"test": ("test.tsv", "QQP.tsv")}, ("id", "question1", "question2")),
+    "mnli": ({"test_matched": ("test_matched.tsv", "MNLI-m.tsv"),
+              "test_mismatched": ("test_mismatched.tsv", "MNLI-mm.tsv")},
+             ("index", "sentence1", "sentence2")),
+    "qnli": ({"test": ("test.tsv", "QNLI.tsv")}, ("index", "question", "sentence")),
+    "rte": ({"test": ("test.tsv", "RTE.tsv")}, ("index", "sentence1", "sentence2")),
+}
+
+
+def test_splits(task: str) -> dict[str, str]:
+    """{test split: the leaderboard's file name for its predictions} of `task`."""
+    return {split: names[1] for split, names in _TESTS[get_task(task).name][0].items()}
+
 
 _SPLIT_FILES = {"train": "train.tsv", "validation": "dev.tsv",
                 "validation_matched": "dev_matched.tsv",
@@ -327,7 +350,10 @@ def _check_header(spec: TaskSpec, path: str, n: int, line: str,
 def find_file(task: str, split: str, data_dir: str) -> str:
     """A split's TSV in `data_dir`: GLUE's download folder, or the task's folder in it."""
     spec = get_task(task)
-    name = split_file(task, split)
+    return _find(spec, split_file(task, split), data_dir)
+
+
+def _find(spec: TaskSpec, name: str, data_dir: str) -> str:
     candidates = [os.path.join(data_dir, name)] + [
         os.path.join(data_dir, folder, name) for folder in spec.data_folders]
     for path in candidates:
@@ -342,8 +368,8 @@ def find_file(task: str, split: str, data_dir: str) -> str:
 # ---------------------------------------------------------------------------- TFDS
 
 
-def _read_tfds(spec: TaskSpec, split: str, data_dir: str | None, on_bad: str) -> Examples:
-    """A split of `glue/<task>` prepared in `data_dir`, read without downloading."""
+def _tfds_builder(spec: TaskSpec, split: str, data_dir: str | None):
+    """(builder, "glue/<task>:<split>") of a split prepared in `data_dir`; never downloads."""
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
     where_dir = data_dir or "TFDS's default data dir"
@@ -362,6 +388,12 @@ def _read_tfds(spec: TaskSpec, split: str, data_dir: str | None, on_bad: str) ->
     if split not in builder.info.splits:
         raise GlueDataError(f"{source}: no such split in {where_dir}; it has "
                             f"{', '.join(sorted(builder.info.splits))}")
+    return builder, source
+
+
+def _read_tfds(spec: TaskSpec, split: str, data_dir: str | None, on_bad: str) -> Examples:
+    """A split of `glue/<task>` prepared in `data_dir`, read without downloading."""
+    builder, source = _tfds_builder(spec, split, data_dir)
     to_index = _tfds_label_map(spec, builder)
     collector = _Collector(spec, source, on_bad)
     dataset = builder.as_dataset(split=split, shuffle_files=False)
@@ -397,6 +429,97 @@ def _tfds_label_map(spec: TaskSpec, builder) -> list[int]:
         raise GlueDataError(f"{spec.tfds_name}: its labels {names} are not "
                             f"{list(spec.tfds_label_names)}")
     return [spec.tfds_label_names.index(name) for name in names]
+
+
+# ---------------------------------------------------------------------------- test splits
+
+
+def read_test_tsv(task: str, path: str) -> Examples:
+    """One of GLUE's unlabelled test files: every row, its index and its texts (columns
+    found by the header's names). A submission needs every row: a bad one is an error."""
+    spec = get_task(task)
+    wanted = _TESTS[spec.name][1]
+    lines = _lines(path)
+    first = next(lines, None)
+    if first is None:
+        raise GlueDataError(f"{path}: no {spec.name} test examples")
+    try:
+        header = [c.strip() for c in _columns(first[1])]
+    except csv.Error:
+        header = []
+    missing = [name for name in wanted if name not in header]
+    if missing:
+        raise GlueDataError(f"{path}:{first[0]}: not the header of GLUE's {spec.name} test "
+                            f"file (no {', '.join(map(repr, missing))} column); found "
+                            f"{_show(first[1], 80)}")
+    where = [header.index(name) for name in wanted]
+    columns: list[list[str]] = [[] for _ in wanted]
+    for n, line in lines:
+        try:
+            row = _columns(line)
+        except csv.Error as e:
+            raise GlueDataError(f"{path}:{n}: unreadable row ({e})") from None
+        if len(row) <= max(where):
+            raise GlueDataError(f"{path}:{n}: {len(row)} column(s), {spec.name} test rows "
+                                f"have {len(header)}")
+        for column, i in zip(columns, where):
+            column.append(row[i])
+    if not columns[0]:
+        raise GlueDataError(f"{path}: no {spec.name} test examples")
+    return Examples(text_a=columns[1], text_b=columns[2] if len(columns) > 2 else None,
+                    labels=np.zeros(len(columns[0]), np.float32 if spec.is_regression
+                                    else np.int32),
+                    source=path, ids=[i.strip() for i in columns[0]])
+
+
+def _read_tfds_test(spec: TaskSpec, split: str, data_dir: str | None) -> Examples:
+    builder, source = _tfds_builder(spec, split, data_dir)
+    ids: list[str] = []
+    columns: list[list[str]] = [[] for _ in spec.text_columns]
+    for batch in builder.as_dataset(split=split, shuffle_files=False).batch(4096) \
+            .as_numpy_iterator():
+        ids.extend(str(int(i)) for i in batch["idx"])
+        for column, name in zip(columns, spec.text_columns):
+            try:
+                column.extend(text.decode("utf-8") for text in batch[name])
+            except UnicodeDecodeError:
+                raise GlueDataError(f"{source}: invalid UTF-8 near example "
+                                    f"{len(ids)}") from None
+    if not ids:
+        raise GlueDataError(f"{source}: no {spec.name} test examples")
+    return Examples(text_a=columns[0], text_b=columns[1] if len(columns) > 1 else None,
+                    labels=np.zeros(len(ids), np.float32 if spec.is_regression else np.int32),
+                    source=source, ids=ids)
+
+
+def load_test(task: str, split: str, data_dir: str | None = None,
+              tfds_data_dir: str | None = None) -> Examples:
+    """The unlabelled examples of a test split (`test_splits(task)`), with their ids, from
+    GLUE's TSVs in `data_dir` or TFDS `glue/<task>` prepared in `tfds_data_dir`."""
+    spec = get_task(task)
+    files = _TESTS[spec.name][0]
+    if split not in files:
+        raise GlueDataError(f"{spec.name} has no test split {split!r}; choose one of "
+                            f"{', '.join(files)}")
+    if not data_dir:
+        return _read_tfds_test(spec, split, tfds_data_dir)
+    return read_test_tsv(spec.name, _find(spec, files[split][0], data_dir))
+
+
+def submission_rows(task: str, ids: list[str], predictions: np.ndarray) -> list[str]:
+    """GLUE's submission format: the header, then `index<TAB>prediction` per example; the
+    prediction is the label as GLUE's files write it (0/1, entailment, ...) or the score
+    (clipped to the task's range)."""
+    spec = get_task(task)
+    rows = ["index\tprediction"]
+    for index, prediction in zip(ids, predictions):
+        if spec.is_regression:
+            low, high = spec.score_range
+            value = f"{min(max(float(prediction), low), high):.3f}"
+        else:
+            value = spec.label_names[int(prediction)]
+        rows.append(f"{index}\t{value}")
+    return rows
 
 
 # ---------------------------------------------------------------------------- one entry

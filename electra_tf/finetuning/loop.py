@@ -79,28 +79,30 @@ def _default_rates(config, discriminator) -> None:
 
 def _dataset(strategy, examples: glue.Examples, packer, global_batch, training, seed,
              epoch=0, skip=0):
-    """The examples as distributed batches of (inputs, labels, valid): the same global
+    """The examples as distributed batches of (inputs, labels, positions): the same global
     batches whatever the strategy (one device, replicas, workers, TPU cores), each input
     pipeline taking its share of every global batch's rows.
 
     Training: shuffled per epoch (seed + epoch), whole batches, `skip` of them consumed
-    (resume). Evaluation: in order, the last batch padded with `valid` 0 rows, so that
-    every replica runs every step on static shapes; `FineTuner.evaluate` drops them.
+    (resume). Evaluation: in order, the last batch padded with rows at position -1, so that
+    every replica runs every step on static shapes; `FineTuner.evaluate` drops them and
+    puts the rest back in the examples' order by their positions.
     """
     n = len(examples)
     columns = [list(examples.text_a),
                list(examples.text_b) if examples.text_b is not None else [""] * n,
-               examples.labels, np.ones(n, np.int32)]  # int: collectives gather no bools
+               examples.labels, np.arange(n, dtype=np.int32)]
     pad = 0 if training else -n % global_batch
-    if pad:  # copies of the first example, marked invalid
+    if pad:  # copies of the first example, at position -1
         columns = [np.concatenate([np.asarray(c), np.repeat(np.asarray(c)[:1], pad)])
                    for c in columns]
-        columns[3][n:] = 0
+        columns[3][n:] = -1
     pair = examples.text_b is not None
 
-    def pack(a, b, labels, valid):
+    def pack(a, b, labels, positions):
         ids, mask, segments = packer.pack(a, b) if pair else packer.pack(a)
-        return {"input_ids": ids, "input_mask": mask, "segment_ids": segments}, labels, valid
+        return ({"input_ids": ids, "input_mask": mask, "segment_ids": segments}, labels,
+                positions)
 
     def make(context: tf.distribute.InputContext):
         data = tf.data.Dataset.from_tensor_slices(tuple(columns))
@@ -171,22 +173,24 @@ class FineTuner:
             self.step.assign_add(1)
         return total / tf.cast(num_steps, tf.float32)
 
-    def _eval_step(self, inputs, labels, valid):
-        """Every replica's logits, labels and valid flags, gathered on every worker."""
+    def _eval_step(self, inputs, labels, positions):
+        """Every replica's logits, labels and positions, gathered on every worker."""
         logits = self.strategy.run(lambda x: self.model(x, training=False), args=(inputs,))
-        return tuple(self.strategy.gather(t, axis=0) for t in (logits, labels, valid))
+        return tuple(self.strategy.gather(t, axis=0) for t in (logits, labels, positions))
 
     def evaluate(self, dataset) -> tuple[np.ndarray, np.ndarray]:
-        """(predictions, labels) of a `_dataset(training=False)`: the same arrays on every
-        worker, so that every worker takes the same best step."""
-        predictions, labels = [], []
+        """(predictions, labels) of a `_dataset(training=False)` in the examples' order:
+        the same arrays on every worker, so that every worker takes the same best step."""
+        predictions, labels, positions = [], [], []
         for batch in dataset:
-            logits, batch_labels, valid = (t.numpy() for t in self._eval_step(*batch))
-            valid = valid.astype(bool)
-            predictions.append((logits[:, 0] * self.task.score_range[1]
-                                if self.task.is_regression else logits.argmax(-1))[valid])
-            labels.append(batch_labels[valid])
-        return np.concatenate(predictions), np.concatenate(labels)
+            logits, batch_labels, batch_positions = (t.numpy() for t in self._eval_step(*batch))
+            predictions.append(logits[:, 0] * self.task.score_range[1]
+                               if self.task.is_regression else logits.argmax(-1))
+            labels.append(batch_labels)
+            positions.append(batch_positions)
+        positions = np.concatenate(positions)
+        order = np.argsort(positions, kind="stable")[np.sum(positions < 0):]  # padding first
+        return np.concatenate(predictions)[order], np.concatenate(labels)[order]
 
 
 def _check_config(config, workdir):
@@ -232,11 +236,14 @@ def finetune(config, workdir: str, strategy=None) -> dict:
     try:
         train = glue.load(task.name, "train", **load)
         evals = {split: glue.load(task.name, split, **load) for split in task.eval_splits}
+        tests = ({split: glue.load_test(task.name, split, load["data_dir"],
+                                        load["tfds_data_dir"])
+                  for split in glue.test_splits(task.name)} if config.predict_test else {})
     except errors.UserError as e:
         where = (f"config.data.dir={config.data.dir!r}" if config.data.dir else
                  f"config.data.tfds_data_dir={config.data.tfds_data_dir!r}")
         raise type(e)(f"{where}: {e}") from None
-    for name, examples in [("train", train)] + list(evals.items()):
+    for name, examples in [("train", train)] + list(evals.items()) + list(tests.items()):
         logging.info("%s %s: %d examples from %s (%d skipped%s)", task.name, name,
                      len(examples), examples.source, examples.skipped,
                      f"; first: {examples.first_skipped}" if examples.skipped else "")
@@ -346,6 +353,9 @@ def finetune(config, workdir: str, strategy=None) -> dict:
         export.export_classifier(tuner.model, vocab, task, config.data.max_seq_length,
                                  output, lower_case=lower_case)
     state["export"] = exported
+    if tests:
+        state["test_predictions"] = _predict_tests(tuner, task, tests, packer, batch, workdir,
+                                                   chief, config.train.seed)
     writer.write_json_atomic(state, results_path)
     if not chief:
         tf.io.gfile.rmtree(own)
@@ -355,6 +365,24 @@ def finetune(config, workdir: str, strategy=None) -> dict:
         except tf.errors.OpError:
             pass  # another worker removed it, or is still writing
     return state["best"]["metrics"]
+
+
+def _predict_tests(tuner, task, tests, packer, batch, workdir, chief, seed) -> dict:
+    """The (restored best) model's predictions on each test split, in GLUE's submission
+    format; {split: file}. Every worker predicts (collectives), the chief writes."""
+    directory = os.path.join(workdir, "test_predictions")
+    written = {}
+    for split, examples in tests.items():
+        predictions, _ = tuner.evaluate(_dataset(tuner.strategy, examples, packer, batch,
+                                                 False, seed))
+        path = os.path.join(directory, glue.test_splits(task.name)[split])
+        if chief:
+            tf.io.gfile.makedirs(directory)
+            rows = glue.submission_rows(task.name, examples.ids, predictions)
+            writer.write_text_atomic("\n".join(rows) + "\n", path)
+            logging.info("test %s: %d predictions in %s", split, len(predictions), path)
+        written[split] = path
+    return written
 
 
 def _best_prefix(best_dir, step):

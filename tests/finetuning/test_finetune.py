@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from configs import finetune as finetune_configs  # pylint: disable=g-bad-import-order
 from electra_tf import errors
+from electra_tf.finetuning import glue
 from electra_tf.finetuning import loop
 from electra_tf.finetuning import model as model_lib
 from electra_tf.model import encoder
@@ -65,15 +66,36 @@ def _toy_task(directory, task, n, seed):
     return rows
 
 
-def _toy_data(tmp_path, task, num_train, num_dev):
-    """DIR/train.tsv and DIR/dev.tsv of a toy task; returns DIR."""
+def _toy_data(tmp_path, task, num_train, num_dev, num_test=0):
+    """DIR/train.tsv, DIR/dev.tsv (and DIR/test.tsv, unlabelled, in GLUE's test layout)
+    of a toy task; returns DIR."""
     data = tmp_path / "data"
     data.mkdir()
     _write(data / "train.tsv", HEADERS[task], _toy_task(data, task, num_train, seed=0))
     _write(data / "dev.tsv", HEADERS[task], _toy_task(data, task, num_dev, seed=1))
+    if num_test:
+        _write(data / "test.tsv", TEST_HEADERS[task],
+               [[str(1000 + i)] + _texts(task, row)
+                for i, row in enumerate(_toy_task(data, task, num_test, seed=2))])
     return data
 
 
+# Where a toy row (GLUE's train/dev layout) has its texts and its label.
+_TEXTS = {"sst2": slice(0, 1), "rte": slice(1, 3), "stsb": slice(7, 9)}
+_LABEL = {"sst2": 1, "rte": 3, "stsb": 9}
+
+
+def _texts(task, row):
+    return row[_TEXTS[task]]
+
+
+def _label(task, row):
+    return str(row[_LABEL[task]])
+
+
+TEST_HEADERS = {"sst2": ["index", "sentence"], "rte": ["index", "sentence1", "sentence2"],
+                "stsb": ["index", "genre", "filename", "year", "old_index", "source1",
+                         "source2", "sentence1", "sentence2"]}
 HEADERS = {"sst2": ["sentence", "label"], "rte": ["index", "sentence1", "sentence2", "label"],
            "stsb": ["index", "genre", "filename", "year", "old_index", "source1", "source2",
                     "sentence1", "sentence2", "score"]}
@@ -100,9 +122,11 @@ def _config(task, pretrained, data_dir, **train):
     pytest.param("rte", "accuracy", 0.5, marks=pytest.mark.slow),
     pytest.param("stsb", "spearman", 0.0, marks=pytest.mark.slow)])
 def test_toy_task_beats_chance_and_writes_results(task, metric, chance, pretrained, tmp_path):
-    data = _toy_data(tmp_path, task, 192, 64)
+    data = _toy_data(tmp_path, task, 192, 64, num_test=40)
     workdir = str(tmp_path / "run")
-    best = loop.finetune(_config(task, pretrained, str(data)), workdir)
+    config = _config(task, pretrained, str(data))
+    config.predict_test = True
+    best = loop.finetune(config, workdir)
     print(task, best)  # the figures of the closing note (pytest -s)
     assert best["validation"][metric] > chance + 0.25, best
 
@@ -116,6 +140,22 @@ def test_toy_task_beats_chance_and_writes_results(task, metric, chance, pretrain
         f"ckpt-{best_step}.data-00000-of-00001", f"ckpt-{best_step}.index"]
     assert results["export"].endswith(os.path.join("export", str(best_step)))
     assert os.path.exists(os.path.join(results["export"], "saved_model.pb"))
+
+    # The best model's test predictions in GLUE's submission format, every row in order.
+    name = {"sst2": "SST-2.tsv", "rte": "RTE.tsv", "stsb": "STS-B.tsv"}[task]
+    assert results["test_predictions"] == {"test": os.path.join(workdir, "test_predictions",
+                                                                name)}
+    lines = open(results["test_predictions"]["test"], encoding="utf-8").read().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 41  # 40 = 2 batches + 8
+    ids, predicted = zip(*(line.split("\t") for line in lines[1:]))
+    assert ids == tuple(str(1000 + i) for i in range(40))
+    truth = [_label(task, row) for row in _toy_task(data, task, 40, seed=2)]
+    if task == "stsb":
+        assert all(0.0 <= float(p) <= 5.0 for p in predicted)
+        assert np.corrcoef([float(p) for p in predicted], [float(t) for t in truth])[0, 1] > 0.5
+    else:  # the label as GLUE writes it (0/1, entailment/not_entailment)
+        assert set(predicted) <= set(glue.TASKS[task].label_names)
+        assert np.mean([p == t for p, t in zip(predicted, truth)]) > chance + 0.25
 
 
 def test_layerwise_rates_for_every_variable():

@@ -409,3 +409,60 @@ def test_tfds_not_prepared_is_one_line(tmp_path, no_download):
     assert "\n" not in message
     assert message.startswith(f"glue/rte is not prepared in {tmp_path}")
     assert "--config.data.dir" in message
+
+
+# ---------------------------------------------------------------------------- test splits
+
+_MNLI_TEST_HEADER = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
+                     "sentence2_binary_parse", "sentence1_parse", "sentence2_parse",
+                     "sentence1", "sentence2"]
+
+
+def test_test_files_read_by_header_with_their_ids(tmp_path):
+    (tmp_path / "MNLI").mkdir()
+    _write(tmp_path / "MNLI" / "test_matched.tsv", [
+        _MNLI_TEST_HEADER, ["0", "1", "1n", "fiction", "(A)", "(B)", "(A)", "(B)", "A .", "B ."],
+        ["1", "2", "2e", "travel", "(C)", "(D)", "(C)", "(D)", "C .", "D ."]])
+    examples = glue.load_test("mnli", "test_matched", data_dir=str(tmp_path))
+    assert (examples.ids, examples.text_a, examples.text_b) == (["0", "1"], ["A .", "C ."],
+                                                                 ["B .", "D ."])
+    assert examples.labels.tolist() == [0, 0]
+    qqp = _write(tmp_path / "test.tsv", [["id", "question1", "question2"], ["7", "a ?", "b ?"]])
+    assert glue.read_test_tsv("qqp", qqp).ids == ["7"]
+    assert glue.test_splits("mnli") == {"test_matched": "MNLI-m.tsv",
+                                        "test_mismatched": "MNLI-mm.tsv"}
+    assert {glue.test_splits(t)["test"] for t in glue.TASKS if t != "mnli"} == {
+        "CoLA.tsv", "SST-2.tsv", "MRPC.tsv", "STS-B.tsv", "QQP.tsv", "QNLI.tsv", "RTE.tsv"}
+
+
+def test_bad_test_files_are_one_line_errors(tmp_path):
+    train_file = _write(tmp_path / "train.tsv", [["sentence", "label"], ["a", "1"]])
+    with pytest.raises(glue.GlueDataError, match=r"train.tsv:1: not the header of GLUE's "
+                       r"sst2 test file \(no 'index' column\)"):
+        glue.read_test_tsv("sst2", train_file)
+    short = _write(tmp_path / "short.tsv", [["index", "sentence1", "sentence2"], ["0", "a"]])
+    with pytest.raises(glue.GlueDataError, match="short.tsv:2: 2 column"):
+        glue.read_test_tsv("rte", short)
+    with pytest.raises(glue.GlueDataError, match="no rte test examples"):
+        glue.read_test_tsv("rte", _write(tmp_path / "e.tsv", [["index", "sentence1",
+                                                                "sentence2"]]))
+    with pytest.raises(glue.GlueDataError, match="no test split 'test'; choose one of "
+                       "test_matched, test_mismatched"):
+        glue.load_test("mnli", "test", data_dir=str(tmp_path))
+    with pytest.raises(glue.GlueDataError, match="no test.tsv for cola"):
+        glue.load_test("cola", "test", data_dir=str(tmp_path))
+
+
+def test_submission_rows_are_glues_format():
+    assert glue.submission_rows("mnli", ["0", "1"], np.array([2, 0])) == [
+        "index\tprediction", "0\tneutral", "1\tcontradiction"]
+    assert glue.submission_rows("cola", ["5"], np.array([1])) == ["index\tprediction", "5\t1"]
+    assert glue.submission_rows("stsb", ["0", "1", "2"], np.array([5.7, -0.2, 2.5])) == [
+        "index\tprediction", "0\t5.000", "1\t0.000", "2\t2.500"]
+
+
+def test_tfds_test_splits_with_their_ids(tfds_dir, no_download):
+    cola = glue.load_test("cola", "test", tfds_data_dir=tfds_dir)
+    assert (cola.ids, cola.text_a, cola.text_b) == (["0"], ["No label here ."], None)
+    mnli = glue.load_test("mnli", "test_mismatched", tfds_data_dir=tfds_dir)
+    assert (mnli.ids, mnli.text_a, mnli.text_b) == (["0"], ["A ."], ["B ."])
