@@ -74,9 +74,15 @@ def _toy_data(tmp_path, task, num_train, num_dev, num_test=0):
     _write(data / "train.tsv", HEADERS[task], _toy_task(data, task, num_train, seed=0))
     _write(data / "dev.tsv", HEADERS[task], _toy_task(data, task, num_dev, seed=1))
     if num_test:
-        _write(data / "test.tsv", TEST_HEADERS[task],
-               [[str(1000 + i)] + _texts(task, row)
-                for i, row in enumerate(_toy_task(data, task, num_test, seed=2))])
+        header = TEST_HEADERS[task]
+        text_columns = [i for i, name in enumerate(header) if name.startswith("sentence")]
+        rows = []
+        for i, row in enumerate(_toy_task(data, task, num_test, seed=2)):
+            test_row = [str(1000 + i)] + ["x"] * (len(header) - 1)  # GLUE's other columns
+            for column, text in zip(text_columns, _texts(task, row)):
+                test_row[column] = text
+            rows.append(test_row)
+        _write(data / "test.tsv", header, rows)
     return data
 
 
