@@ -54,13 +54,13 @@ def for_size(size: str) -> Defaults:
 def for_shape(discriminator: sizes.EncoderSize) -> Defaults:
     """The values for a pre-trained discriminator of this shape (see the module docstring)."""
     preset = next((n for n, s in sizes.SIZES.items() if s == discriminator), None)
-    if preset is not None:
+    if preset in LEARNING_RATE:
         return for_size(preset)
-    widths = dict(sorted((s.hidden_size, LEARNING_RATE[n]) for n, s in sizes.SIZES.items()))
+    known = {n: s for n, s in sizes.SIZES.items() if n in LEARNING_RATE}  # a new preset
+    widths = dict(sorted((s.hidden_size, LEARNING_RATE[n]) for n, s in known.items()))
     rate = math.exp(np.interp(math.log(discriminator.hidden_size), np.log(list(widths)),
                               np.log(list(widths.values()))))
-    depths = dict(sorted((s.num_layers, LAYERWISE_LR_DECAY[n])
-                         for n, s in sizes.SIZES.items()))
+    depths = dict(sorted((s.num_layers, LAYERWISE_LR_DECAY[n]) for n, s in known.items()))
     decay = float(np.interp(discriminator.num_layers, list(depths), list(depths.values())))
     return Defaults(float(f"{rate:.3g}"), round(decay, 4),
                     f"a custom shape (hidden {discriminator.hidden_size}, "

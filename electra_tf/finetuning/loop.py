@@ -174,9 +174,14 @@ class FineTuner:
         return total / tf.cast(num_steps, tf.float32)
 
     def _eval_step(self, inputs, labels, positions):
-        """Every replica's logits, labels and positions, gathered on every worker."""
+        """Every replica's logits, labels and positions: gathered on every worker across
+        workers (a collective), concatenated from the local replicas otherwise (NCCL's
+        gather is known to hang on some multi-GPU machines)."""
         logits = self.strategy.run(lambda x: self.model(x, training=False), args=(inputs,))
-        return tuple(self.strategy.gather(t, axis=0) for t in (logits, labels, positions))
+        values = (logits, labels, positions)
+        if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return tuple(self.strategy.gather(t, axis=0) for t in values)
+        return tuple(tf.concat(self.strategy.experimental_local_results(t), 0) for t in values)
 
     def evaluate(self, dataset) -> tuple[np.ndarray, np.ndarray]:
         """(predictions, labels) of a `_dataset(training=False)` in the examples' order:
@@ -285,6 +290,9 @@ def finetune(config, workdir: str, strategy=None) -> dict:
             restored = int(tuner.step.numpy())
             state["evaluations"] = [e for e in state["evaluations"] if e["step"] <= restored]
         logging.info("Resumed from %s at step %d", latest, int(tuner.step.numpy()))
+    # What is exported already, read by every worker before anything of this run is
+    # written there: every worker then exports, or none (saving may be collective).
+    exported_steps = _exported_steps(workdir)
     tf.io.gfile.makedirs(own)
     if chief:
         writer.write_json_atomic(config.to_dict(), os.path.join(workdir, "config.json"))
@@ -321,7 +329,7 @@ def finetune(config, workdir: str, strategy=None) -> dict:
             if not math.isfinite(loss):
                 raise FloatingPointError(f"loss is {loss} between steps {step} and {step + n}; "
                                          "the last good checkpoint is the latest in "
-                                         f"{manager.directory}")
+                                         f"{os.path.join(workdir, 'checkpoints')}")
             step, offset = step + n, offset + n
             summaries.write_scalars(train_writer, {
                 "loss": loss, "learning_rate": float(tuner.optimizer.learning_rate)}, step)
@@ -343,16 +351,13 @@ def finetune(config, workdir: str, strategy=None) -> dict:
     if not tf.io.gfile.exists(best + ".index"):
         raise errors.UserError(f"{best}: the best checkpoint results.json names is missing")
     tf.train.Checkpoint(model=tuner.model).read(best).assert_existing_objects_matched()
-    exported = os.path.join(workdir, "export", str(state["best"]["step"]))
-    # Decided on what every worker read at the start (results.json), never on what the
-    # chief may be writing now: every worker exports, or none.
-    if state.get("export") != exported:
+    if state["best"]["step"] not in exported_steps:
         output = os.path.join(own, "export", str(state["best"]["step"]))
-        if tf.io.gfile.exists(output):  # exported before results.json could say so
+        if tf.io.gfile.exists(output):  # a non-chief's leftover of a crashed run
             tf.io.gfile.rmtree(output)
         export.export_classifier(tuner.model, vocab, task, config.data.max_seq_length,
                                  output, lower_case=lower_case)
-    state["export"] = exported
+    state["export"] = os.path.join(workdir, "export", str(state["best"]["step"]))
     if tests:
         state["test_predictions"] = _predict_tests(tuner, task, tests, packer, batch, workdir,
                                                    chief, config.train.seed)
@@ -383,6 +388,14 @@ def _predict_tests(tuner, task, tests, packer, batch, workdir, chief, seed) -> d
             logging.info("test %s: %d predictions in %s", split, len(predictions), path)
         written[split] = path
     return written
+
+
+def _exported_steps(workdir) -> set[int]:
+    """The steps whose SavedModel is complete in WORKDIR/export (written by rename)."""
+    return {int(os.path.basename(path.rstrip("/")))
+            for path in tf.io.gfile.glob(os.path.join(workdir, "export", "*"))
+            if os.path.basename(path.rstrip("/")).isdigit()
+            and tf.io.gfile.exists(os.path.join(path, "saved_model.pb"))}
 
 
 def _best_prefix(best_dir, step):

@@ -113,8 +113,11 @@ def is_chief(strategy) -> bool:
     resolver = getattr(strategy, "cluster_resolver", None)
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
         return True
-    return resolver.task_type in (None, "chief") or (
-        resolver.task_type == "worker" and resolver.task_id == 0)
+    if resolver.task_type in (None, "chief"):
+        return True
+    # Worker 0 leads only in a cluster without a "chief" task (else two would write).
+    return (resolver.task_type == "worker" and resolver.task_id == 0
+            and "chief" not in resolver.cluster_spec().as_dict())
 
 
 def worker_id(strategy) -> int:

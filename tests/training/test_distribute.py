@@ -484,3 +484,21 @@ def test_two_workers_survive_sigterm_and_a_killed_peer_and_resume(tmp_path):
         assert proc.wait(timeout=120) == 0, [_tail(l) for l in logs]
     assert f"Resumed from {os.path.join(checkpoints, f'ckpt-{survived}')}" in _tail(logs[0], 400)
     assert not os.path.exists(os.path.join(workdir, "tmp"))
+
+
+def test_worker_0_leads_only_where_the_cluster_has_no_chief():
+    from unittest import mock  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
+
+    def strategy(task_type, task_id, cluster):
+        fake = mock.MagicMock(spec=tf.distribute.MultiWorkerMirroredStrategy)
+        fake.cluster_resolver.task_type, fake.cluster_resolver.task_id = task_type, task_id
+        fake.cluster_resolver.cluster_spec.return_value = tf.train.ClusterSpec(cluster)
+        return fake
+    workers = {"worker": ["a:1", "b:2"]}
+    with_chief = {"chief": ["c:3"], "worker": ["a:1", "b:2"]}
+    assert distribute.is_chief(strategy("worker", 0, workers))
+    assert not distribute.is_chief(strategy("worker", 1, workers))
+    assert distribute.is_chief(strategy("chief", 0, with_chief))
+    assert not distribute.is_chief(strategy("worker", 0, with_chief))
