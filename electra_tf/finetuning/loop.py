@@ -118,6 +118,13 @@ def _dataset(strategy, examples: glue.Examples, packer, global_batch, training, 
     return strategy.distribute_datasets_from_function(make)
 
 
+def _build(model, max_seq_length: int) -> None:
+    """Creates the model's variables: one call on a [1, max_seq_length] row of zeros."""
+    model({"input_ids": tf.zeros([1, max_seq_length], tf.int32),
+           "input_mask": tf.ones([1, max_seq_length], tf.int32),
+           "segment_ids": tf.zeros([1, max_seq_length], tf.int32)})
+
+
 class FineTuner:
     """Model, optimizer and compiled steps of one fine-tuning run."""
 
@@ -129,10 +136,7 @@ class FineTuner:
             self.model = model_lib.Classifier(encoder, task.num_labels,
                                               dropout=config.model.dropout,
                                               seed=config.train.seed, name="classifier")
-            seq = config.data.max_seq_length
-            self.model({"input_ids": tf.zeros([1, seq], tf.int32),
-                        "input_mask": tf.ones([1, seq], tf.int32),
-                        "segment_ids": tf.zeros([1, seq], tf.int32)})
+            _build(self.model, config.data.max_seq_length)
             warmup = int(config.train.warmup_proportion * steps)
             self.optimizer = model_lib.LayerwiseAdamW(
                 model_lib.learning_rate_multipliers(self.model, config.train.layerwise_lr_decay),
@@ -474,9 +478,7 @@ def export_run(workdir: str, output: str, checkpoint: str | None = None,
     if not 3 <= seq <= model.max_sequence_length:
         raise errors.UserError(f"--max_seq_length={seq}: must be in 3.."
                                f"{model.max_sequence_length} (the position table)")
-    classifier({"input_ids": tf.zeros([1, seq], tf.int32),
-                "input_mask": tf.ones([1, seq], tf.int32),
-                "segment_ids": tf.zeros([1, seq], tf.int32)})
+    _build(classifier, seq)
     try:
         tf.train.Checkpoint(model=classifier).read(checkpoint).expect_partial() \
             .assert_existing_objects_matched()

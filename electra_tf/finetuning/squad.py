@@ -66,7 +66,7 @@ class Questions:
         return len(self.items)
 
 
-def _check(question: Question, where: str) -> str | None:
+def _check(question: Question) -> str | None:
     """The problem with a question's answers, or None."""
     for text, start in zip(question.answers, question.answer_starts):
         if question.context[start:start + len(text)] != text:
@@ -86,7 +86,7 @@ class _Collector:
         self.on_bad = on_bad
 
     def add(self, question: Question, where: str):
-        problem = _check(question, where)
+        problem = _check(question)
         if problem is None:
             self.questions.items.append(question)
         elif self.on_bad == "error":
