@@ -1,56 +1,63 @@
-"""GLUE fine-tuning configs: `--config=configs/finetune.py:TASK[,SIZE]`.
+"""Fine-tuning configs: `--config=configs/finetune.py:TASK[,SIZE]`.
 
     python -m electra_tf.finetune --config=configs/finetune.py:mrpc --workdir=/tmp/mrpc \
         --config.init_checkpoint=/tmp/electra_small --config.data.dir=/data/glue/MRPC
+    python -m electra_tf.finetune --config=configs/finetune.py:squad2 --workdir=/tmp/sq2 \
+        --config.init_checkpoint=/tmp/electra_small --config.data.dir=/data/squad
 
-TASK is one of cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte. The learning rate and the
-layer-wise decay come from the pre-trained model (0 below): its size preset's, or for a
-custom shape values between the presets' by its width and depth
-(electra_tf/finetuning/hparams.py); SIZE (tiny, small, base, large) sets a preset's
-instead. Defaults per task are the original's (electra_tf/finetuning/glue.py says where
-each comes from); any field can be overridden with `--config.SECTION.KEY=VALUE`.
+TASK is a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte) or squad1, squad2
+(electra_tf/finetuning/tasks.py). The learning rate and the layer-wise decay come from the
+pre-trained model (0 below): its size preset's, or for a custom shape values between the
+presets' by its width and depth (electra_tf/finetuning/hparams.py); SIZE (tiny, small,
+base, large) sets a preset's instead. The other defaults are the original ELECTRA's for
+the task (its configure_finetuning.py); the task adds its own fields (glue_task.py,
+squad_task.py say what each is). Any field can be overridden with
+`--config.SECTION.KEY=VALUE`.
 """
 
 import ml_collections
 
-from electra_tf.finetuning import glue
+from electra_tf import errors
 from electra_tf.finetuning import hparams
+from electra_tf.finetuning import tasks
 
 
 def get_config(arg: str = "mrpc") -> ml_collections.ConfigDict:
     task_name, _, size = arg.partition(",")
-    if task_name not in glue.TASKS:
+    try:
+        task = tasks.get(task_name)
+    except errors.UserError:
         raise ValueError(f"unknown task {task_name!r}; choose one of "
-                         f"{', '.join(glue.TASKS)}")
-    task = glue.TASKS[task_name]
+                         f"{', '.join(tasks.TASKS)}") from None
     if size and size not in hparams.LEARNING_RATE:
         raise ValueError(f"unknown size {size!r}; choose one of "
                          f"{', '.join(hparams.LEARNING_RATE)}")
     preset = hparams.for_size(size) if size else hparams.Defaults(0.0, 0.0, "")
+    schedule = task.schedule
     config = ml_collections.ConfigDict()
     config.task = task_name               # from TASK above: the defaults below are its own
     config.init_checkpoint = ""   # the pre-training run's workdir (or RUN/checkpoints/ckpt-N)
     # The best model's predictions on the test split(s), in GLUE's submission format:
-    # WORKDIR/test_predictions/<CoLA.tsv, MNLI-m.tsv, ...>.
+    # WORKDIR/test_predictions/<CoLA.tsv, MNLI-m.tsv, ...> (GLUE only: SQuAD's are hidden).
     config.predict_test = False
 
     config.data = ml_collections.ConfigDict()
-    config.data.dir = ""                  # GLUE's TSVs for this task (train.tsv, dev*.tsv)
-    config.data.tfds_data_dir = ""        # else TFDS glue/<task>, prepared in this data dir
-    config.data.max_seq_length = task.max_seq_length  # original: 128
-    config.data.on_bad = "error"          # error|skip: bad TSV rows stop the run or are counted
+    config.data.dir = ""                  # the task's files: GLUE's TSVs (train.tsv, dev*.tsv),
+    #                                       SQuAD's JSON (train-v1.1.json, dev-v1.1.json, ...)
+    config.data.tfds_data_dir = ""        # else TFDS (glue/<task>, squad), prepared in this dir
+    config.data.max_seq_length = schedule.max_seq_length  # original: 128 (SQuAD 512)
+    config.data.on_bad = "error"          # error|skip: bad rows/questions stop the run or are counted
 
     config.model = ml_collections.ConfigDict()
-    config.model.dropout = 0.1            # on the [CLS] vector; original: 0.1
 
     config.train = ml_collections.ConfigDict()
-    config.train.batch_size = task.train_batch_size      # original: 32
-    config.train.epochs = task.num_train_epochs          # original: 3 (10 for RTE, STS-B)
+    config.train.batch_size = schedule.batch_size        # original: 32
+    config.train.epochs = schedule.epochs  # original: 3 (10 for RTE, STS-B; 2 for SQuAD)
     # 0 = from the pre-trained model's shape (its preset's: original, 1e-4; 5e-5 Large).
     config.train.learning_rate = preset.learning_rate
     config.train.layerwise_lr_decay = preset.layerwise_lr_decay  # 0 = from it (0.8; Large 0.9)
-    config.train.warmup_proportion = task.warmup_proportion  # original: 0.1
-    config.train.weight_decay = task.weight_decay_rate   # original: 0.01
+    config.train.warmup_proportion = schedule.warmup_proportion  # original: 0.1
+    config.train.weight_decay = schedule.weight_decay    # original: 0.01
     config.train.clip_norm = 1.0                         # original: 1.0
     config.train.eval_every = 0           # steps between dev evaluations; 0 = every epoch
     config.train.steps_per_loop = 100     # steps per tf.function call (and log line)
@@ -60,4 +67,5 @@ def get_config(arg: str = "mrpc") -> ml_collections.ConfigDict:
     config.runtime.strategy = "auto"      # as pre-training: auto|tpu|mirrored|multi_worker|one_device
     config.runtime.tpu = ""
     config.runtime.cpu_devices = 0
+    task.configure(config)                # the task's own fields
     return config

@@ -1,5 +1,6 @@
 r"""Exports a run as a SavedModel for TF Serving: a pre-training run's discriminator, or a
-fine-tuning run's classifier (its best checkpoint, as the run itself exports it).
+fine-tuning run's model (its best checkpoint, as the run itself exports it: a GLUE
+classifier, a SQuAD question answerer).
 
   python tools/export_savedmodel.py --workdir=RUN --output=MODEL_BASE/1 \
       [--checkpoint=RUN/checkpoints/ckpt-N] [--max_seq_length=N] [--lower_case=true|false]
@@ -45,7 +46,8 @@ def main(argv):
         path = loop.export_run(_WORKDIR.value, _OUTPUT.value, checkpoint=_CHECKPOINT.value,
                                max_seq_length=_MAX_SEQ_LENGTH.value,
                                lower_case=_LOWER_CASE.value)
-        print(f"Exported {path} (signatures: serving_default, serving_ids; needs TF Serving "
+        signatures = ", ".join(loop.run_task(_WORKDIR.value).signatures)
+        print(f"Exported {path} (signatures: {signatures}; needs TF Serving "
               f">= {export.MIN_TF_SERVING})")
         return
     path = export.export_run(_WORKDIR.value, _OUTPUT.value, checkpoint=_CHECKPOINT.value,

@@ -1,18 +1,20 @@
-"""Fine-tuning on a GLUE task: `finetune(config, workdir)`.
+"""Fine-tuning on any task of the family (GLUE, SQuAD): `finetune(config, workdir)`.
 
-    init_checkpoint (a pre-training run) ─► discriminator encoder ─► Classifier
-    GLUE TSVs or TFDS ─► glue.Examples ─► tf.data: TextPacker (the serving tokenization)
-    ─► steps under the strategy: loss (CE, or MSE for STS-B) / global batch ─► gradients
-       all-reduced ─► LayerwiseAdamW (clip 1.0, warm-up, linear decay, layer-wise lr)
-    every eval_every steps and at the end: dev metrics (glue_metrics) ─► TensorBoard,
-       results.json, the best checkpoint (by the task's primary metric) in DIR/best
-    DIR/export/<step>: the best model as a SavedModel (serving.export.export_classifier)
+    init_checkpoint (a pre-training run) ─► discriminator encoder ─► the task's head
+    the task's data ─► Rows (task.py) ─► tf.data: the task's `prepare` (GLUE: the serving
+    tokenization; SQuAD: windows made on the host) ─► steps under the strategy: the
+    task's loss / global batch ─► gradients all-reduced ─► LayerwiseAdamW (clip 1.0,
+    warm-up, linear decay, layer-wise lr)
+    every eval_every steps and at the end: the task's dev metrics ─► TensorBoard,
+       results.json, the best checkpoint (by the task's primary metric) in DIR/best,
+       the best step's prediction files (SQuAD's predictions.json) in DIR
+    DIR/export/<step>: the best model as the task's SavedModel (task.export)
 
 Re-running the same command resumes from DIR/checkpoints. Any strategy pre-training runs
 under: one device, mirrored, multi_worker and TPU see the same global batches (`_dataset`),
-evaluate every dev example once on every replica's share, gathered so that every worker
+evaluate every dev row once on every replica's share, gathered so that every worker
 computes the same metrics; the chief writes the run (the others write aside, then remove
-it).
+it). The loop knows tasks only through `task.Task`: a new task is a new module.
 """
 
 import json
@@ -28,10 +30,10 @@ from electra_tf import errors
 from electra_tf import model_config
 from electra_tf import progress
 from electra_tf.data import writer
-from electra_tf.finetuning import glue
-from electra_tf.finetuning import glue_metrics
 from electra_tf.finetuning import hparams
 from electra_tf.finetuning import model as model_lib
+from electra_tf.finetuning import task as task_lib
+from electra_tf.finetuning import tasks
 from electra_tf.serving import export
 from electra_tf.training import distribute
 from electra_tf.training import optimizer as optimizer_lib
@@ -77,44 +79,41 @@ def _default_rates(config, discriminator) -> None:
                      "or --config.train.* to choose)", " and ".join(filled), defaults.source)
 
 
-def _dataset(strategy, examples: glue.Examples, packer, global_batch, training, seed,
-             epoch=0, skip=0):
-    """The examples as distributed batches of (inputs, labels, positions): the same global
+def _dataset(strategy, rows: task_lib.Rows, global_batch, training, seed, epoch=0,
+             skip=0):
+    """The rows as distributed batches of (inputs, labels, positions): the same global
     batches whatever the strategy (one device, replicas, workers, TPU cores), each input
     pipeline taking its share of every global batch's rows.
 
     Training: shuffled per epoch (seed + epoch), whole batches, `skip` of them consumed
     (resume). Evaluation: in order, the last batch padded with rows at position -1, so that
     every replica runs every step on static shapes; `FineTuner.evaluate` drops them and
-    puts the rest back in the examples' order by their positions.
+    puts the rest back in the rows' order by their positions.
     """
-    n = len(examples)
-    columns = [list(examples.text_a),
-               list(examples.text_b) if examples.text_b is not None else [""] * n,
-               examples.labels, np.arange(n, dtype=np.int32)]
+    n = len(rows)
+    columns = dict(rows.columns, position=np.arange(n, dtype=np.int32))
     pad = 0 if training else -n % global_batch
-    if pad:  # copies of the first example, at position -1
-        columns = [np.concatenate([np.asarray(c), np.repeat(np.asarray(c)[:1], pad)])
-                   for c in columns]
-        columns[3][n:] = -1
-    pair = examples.text_b is not None
+    if pad:  # copies of the first row, at position -1
+        columns = {k: np.concatenate([v, np.repeat(v[:1], pad, axis=0)])
+                   for k, v in columns.items()}
+        columns["position"][n:] = -1
 
-    def pack(a, b, labels, positions):
-        ids, mask, segments = packer.pack(a, b) if pair else packer.pack(a)
-        return ({"input_ids": ids, "input_mask": mask, "segment_ids": segments}, labels,
-                positions)
+    def prepare(batch):
+        inputs, labels = rows.prepare({k: v for k, v in batch.items() if k != "position"})
+        return inputs, labels, batch["position"]
 
     def make(context: tf.distribute.InputContext):
-        data = tf.data.Dataset.from_tensor_slices(tuple(columns))
+        data = tf.data.Dataset.from_tensor_slices(columns)
         if training:
             data = data.shuffle(n, seed=seed + epoch)
         data = data.batch(global_batch, drop_remainder=True).skip(skip)
         share = global_batch // context.num_input_pipelines
         first = context.input_pipeline_id * share
-        data = data.map(lambda *c: tuple(x[first:first + share] for x in c)).unbatch()
-        data = data.batch(context.get_per_replica_batch_size(global_batch),
-                          drop_remainder=True)
-        return data.map(pack, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        data = data.map(lambda c: {k: x[first:first + share] for k, x in c.items()})
+        data = data.unbatch().batch(context.get_per_replica_batch_size(global_batch),
+                                    drop_remainder=True)
+        return data.map(prepare, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+            tf.data.AUTOTUNE)
     return strategy.distribute_datasets_from_function(make)
 
 
@@ -128,14 +127,12 @@ def _build(model, max_seq_length: int) -> None:
 class FineTuner:
     """Model, optimizer and compiled steps of one fine-tuning run."""
 
-    def __init__(self, config, strategy, task: glue.TaskSpec, encoder, steps: int):
+    def __init__(self, config, strategy, task: task_lib.Task, encoder, steps: int):
         self.config, self.strategy, self.task = config, strategy, task
         self.global_batch = config.train.batch_size
         distribute.local_batch_size(strategy, self.global_batch)  # or a clear error
         with strategy.scope():
-            self.model = model_lib.Classifier(encoder, task.num_labels,
-                                              dropout=config.model.dropout,
-                                              seed=config.train.seed, name="classifier")
+            self.model = task.build_model(encoder)
             _build(self.model, config.data.max_seq_length)
             warmup = int(config.train.warmup_proportion * steps)
             self.optimizer = model_lib.LayerwiseAdamW(
@@ -151,18 +148,10 @@ class FineTuner:
         self.train_steps = tf.function(self._train_steps)
         self._eval_step = tf.function(self._eval_step)
 
-    def _loss(self, logits, labels):
-        if self.task.is_regression:  # the original regresses score / max (STS-B: / 5)
-            target = tf.cast(labels, tf.float32) / self.task.score_range[1]
-            per_example = tf.square(logits[:, 0] - target)
-        else:
-            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=tf.cast(labels, tf.int32), logits=logits)
-        return tf.reduce_sum(per_example) / self.global_batch  # this replica's share
-
     def _replica_step(self, inputs, labels):
         with tf.GradientTape() as tape:
-            loss = self._loss(self.model(inputs, training=True), labels)
+            # This replica's share of the global batch's mean loss.
+            loss = tf.reduce_sum(self.task.loss(self.model, inputs, labels)) / self.global_batch
         grads = tape.gradient(loss, self.model.trainable_variables)
         grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
@@ -177,37 +166,34 @@ class FineTuner:
             self.step.assign_add(1)
         return total / tf.cast(num_steps, tf.float32)
 
-    def _eval_step(self, inputs, labels, positions):
-        """Every replica's logits, labels and positions: gathered on every worker across
-        workers (a collective), concatenated from the local replicas otherwise (NCCL's
-        gather is known to hang on some multi-GPU machines)."""
-        logits = self.strategy.run(lambda x: self.model(x, training=False), args=(inputs,))
-        values = (logits, labels, positions)
+    def _eval_step(self, inputs, positions):
+        """Every replica's outputs and positions: gathered on every worker across workers
+        (a collective), concatenated from the local replicas otherwise (NCCL's gather is
+        known to hang on some multi-GPU machines)."""
+        outputs = self.strategy.run(lambda x: self.model(x, training=False), args=(inputs,))
+        values = (outputs, positions)
         if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
-            return tuple(self.strategy.gather(t, axis=0) for t in values)
-        return tuple(tf.concat(self.strategy.experimental_local_results(t), 0) for t in values)
+            return tf.nest.map_structure(lambda t: self.strategy.gather(t, axis=0), values)
+        return tf.nest.map_structure(
+            lambda t: tf.concat(self.strategy.experimental_local_results(t), 0), values)
 
-    def evaluate(self, dataset) -> tuple[np.ndarray, np.ndarray]:
-        """(predictions, labels) of a `_dataset(training=False)` in the examples' order:
-        the same arrays on every worker, so that every worker takes the same best step."""
-        predictions, labels, positions = [], [], []
-        for batch in dataset:
-            logits, batch_labels, batch_positions = (t.numpy() for t in self._eval_step(*batch))
-            predictions.append(logits[:, 0] * self.task.score_range[1]
-                               if self.task.is_regression else logits.argmax(-1))
-            labels.append(batch_labels)
-            positions.append(batch_positions)
+    def evaluate(self, dataset):
+        """The model's outputs (a tensor or a dict of them, as numpy) for every row of a
+        `_dataset(training=False)`, in the rows' order: the same arrays on every worker,
+        so that every worker takes the same best step."""
+        outputs, positions = [], []
+        for inputs, _, batch_positions in dataset:
+            batch_outputs, batch_positions = self._eval_step(inputs, batch_positions)
+            outputs.append(tf.nest.map_structure(lambda t: t.numpy(), batch_outputs))
+            positions.append(batch_positions.numpy())
         positions = np.concatenate(positions)
         order = np.argsort(positions, kind="stable")[np.sum(positions < 0):]  # padding first
-        return np.concatenate(predictions)[order], np.concatenate(labels)[order]
+        return tf.nest.map_structure(lambda *parts: np.concatenate(parts)[order], *outputs)
 
 
-def _check_config(config, workdir):
+def _check_config(config, workdir, task: task_lib.Task):
     """One-line errors for values that cannot work, and for a resume whose config
     disagrees with the run's (the data position and the head depend on them)."""
-    if config.task not in glue.TASKS:
-        raise errors.UserError(f"config.task={config.task!r}: choose one of "
-                               f"{', '.join(glue.TASKS)}")
     for key, low in (("train.batch_size", 1), ("train.epochs", 1e-9),
                      ("train.learning_rate", 0), ("train.layerwise_lr_decay", 0),
                      ("data.max_seq_length", 3), ("train.steps_per_loop", 1)):
@@ -218,8 +204,9 @@ def _check_config(config, workdir):
     if tf.io.gfile.exists(saved_path):
         with tf.io.gfile.GFile(saved_path) as f:
             saved = json.load(f)
-        for section, name in ((None, "task"), ("train", "batch_size"), ("train", "seed"),
-                              ("data", "max_seq_length")):
+        keys = [(None, "task"), ("train", "batch_size"), ("train", "seed"),
+                ("data", "max_seq_length")] + [tuple(k.split(".")) for k in task.resume_keys]
+        for section, name in keys:
             old = saved.get(name) if section is None else saved.get(section, {}).get(name)
             new = config[name] if section is None else config[section][name]
             key = name if section is None else f"{section}.{name}"
@@ -231,8 +218,8 @@ def _check_config(config, workdir):
 
 def finetune(config, workdir: str, strategy=None) -> dict:
     """Fine-tunes on `config.task`; returns the best evaluation's metrics per dev split."""
-    _check_config(config, workdir)
-    task = glue.TASKS[config.task]
+    task = tasks.get(config.task, config)
+    _check_config(config, workdir, task)
     strategy = strategy or distribute.get_strategy(config.runtime)
     with strategy.scope():  # the encoder's variables must belong to the strategy
         vocab, pretrained, lower_case, run_config = load_pretrained(config.init_checkpoint)
@@ -240,34 +227,22 @@ def finetune(config, workdir: str, strategy=None) -> dict:
     if config.data.max_seq_length > pretrained.max_sequence_length:
         raise errors.UserError(f"config.data.max_seq_length={config.data.max_seq_length} "
                                f"exceeds the model's {pretrained.max_sequence_length} positions")
-    load = dict(data_dir=config.data.dir or None, tfds_data_dir=config.data.tfds_data_dir or None,
-                on_bad=config.data.on_bad)
     try:
-        train = glue.load(task.name, "train", **load)
-        evals = {split: glue.load(task.name, split, **load) for split in task.eval_splits}
-        tests = ({split: glue.load_test(task.name, split, load["data_dir"],
-                                        load["tfds_data_dir"])
-                  for split in glue.test_splits(task.name)} if config.predict_test else {})
+        data = task.read(vocab, lower_case)
     except errors.UserError as e:
         where = (f"config.data.dir={config.data.dir!r}" if config.data.dir else
                  f"config.data.tfds_data_dir={config.data.tfds_data_dir!r}")
         raise type(e)(f"{where}: {e}") from None
-    for name, examples in [("train", train)] + list(evals.items()) + list(tests.items()):
-        logging.info("%s %s: %d examples from %s (%d skipped%s)", task.name, name,
-                     len(examples), examples.source, examples.skipped,
-                     f"; first: {examples.first_skipped}" if examples.skipped else "")
-    if task.double_unordered:  # the original also trains on (text_b, text_a) for these
-        train = glue.Examples(train.text_a + train.text_b, train.text_b + train.text_a,
-                              np.concatenate([train.labels, train.labels]), train.source,
-                              train.skipped)
+    train, evals, tests = data.train, data.evals, data.tests
+    for name, rows in [("train", train)] + list(evals.items()) + list(tests.items()):
+        logging.info("%s %s: %s", task.name, name, rows.summary)
 
     batch = config.train.batch_size
     steps_per_epoch = len(train) // batch
     if steps_per_epoch < 1:
         raise errors.UserError(f"config.train.batch_size={batch}: the training set has only "
-                               f"{len(train)} examples")
+                               f"{len(train)} rows")
     steps = math.ceil(config.train.epochs * steps_per_epoch)
-    packer = export.TextPacker(vocab, config.data.max_seq_length, lower_case)
     tuner = FineTuner(config, strategy, task, pretrained.discriminator, steps)
 
     # The chief writes the run; the other workers (multi_worker) save alongside it, as
@@ -316,16 +291,16 @@ def finetune(config, workdir: str, strategy=None) -> dict:
     else:
         train_writer = tf.summary.create_noop_writer()
         eval_writers = {s: train_writer for s in evals}
-    eval_data = {s: _dataset(strategy, e, packer, batch, False, config.train.seed)
-                 for s, e in evals.items()}
+    eval_data = {s: (rows, _dataset(strategy, rows, batch, False, config.train.seed))
+                 for s, rows in evals.items()}
 
     step = start = int(tuner.step.numpy())
     bar = progress.Progress(steps - step, unit="steps")
     eval_every = config.train.eval_every or steps_per_epoch
     while step < steps:
         epoch, offset = divmod(step, steps_per_epoch)
-        iterator = iter(_dataset(strategy, train, packer, batch, True, config.train.seed,
-                                 epoch, skip=offset))
+        iterator = iter(_dataset(strategy, train, batch, True, config.train.seed, epoch,
+                                 skip=offset))
         while offset < steps_per_epoch and step < steps:
             n = min(steps_per_epoch - offset, steps - step, eval_every - step % eval_every,
                     config.train.steps_per_loop)
@@ -339,12 +314,14 @@ def finetune(config, workdir: str, strategy=None) -> dict:
                 "loss": loss, "learning_rate": float(tuner.optimizer.learning_rate)}, step)
             bar.update(step - start, force=step == steps, loss=loss)
             if step % eval_every == 0 or step == steps:
-                _evaluate(tuner, task, eval_data, eval_writers, state, step, best_dir)
+                _evaluate(tuner, eval_data, eval_writers, state, step, best_dir,
+                          workdir if chief else None)
                 writer.write_json_atomic(state, results_path)
                 _remove_other_best(best_dir, state["best"]["step"])
                 manager.save(checkpoint_number=step)
     if state["best"] is None:  # e.g. a finished run whose results.json was removed
-        _evaluate(tuner, task, eval_data, eval_writers, state, step, best_dir)
+        _evaluate(tuner, eval_data, eval_writers, state, step, best_dir,
+                  workdir if chief else None)
         writer.write_json_atomic(state, results_path)
 
     # Export the best model: restore its weights, write the SavedModel, keep going.
@@ -359,12 +336,11 @@ def finetune(config, workdir: str, strategy=None) -> dict:
         output = os.path.join(own, "export", str(state["best"]["step"]))
         if tf.io.gfile.exists(output):  # a non-chief's leftover of a crashed run
             tf.io.gfile.rmtree(output)
-        export.export_classifier(tuner.model, vocab, task, config.data.max_seq_length,
-                                 output, lower_case=lower_case)
+        task.export(tuner.model, vocab, config.data.max_seq_length, output, lower_case)
     state["export"] = os.path.join(workdir, "export", str(state["best"]["step"]))
     if tests:
-        state["test_predictions"] = _predict_tests(tuner, task, tests, packer, batch, workdir,
-                                                   chief, config.train.seed)
+        state["test_predictions"] = _predict_tests(tuner, tests, batch, workdir, chief,
+                                                   config.train.seed)
     writer.write_json_atomic(state, results_path)
     if not chief:
         tf.io.gfile.rmtree(own)
@@ -376,22 +352,28 @@ def finetune(config, workdir: str, strategy=None) -> dict:
     return state["best"]["metrics"]
 
 
-def _predict_tests(tuner, task, tests, packer, batch, workdir, chief, seed) -> dict:
-    """The (restored best) model's predictions on each test split, in GLUE's submission
-    format; {split: file}. Every worker predicts (collectives), the chief writes."""
-    directory = os.path.join(workdir, "test_predictions")
+def _predict_tests(tuner, tests, batch, workdir, chief, seed) -> dict:
+    """The (restored best) model's predictions on each test split, in the task's
+    submission format; {split: file}. Every worker predicts (collectives), the chief
+    writes."""
     written = {}
-    for split, examples in tests.items():
-        predictions, _ = tuner.evaluate(_dataset(tuner.strategy, examples, packer, batch,
-                                                 False, seed))
-        path = os.path.join(directory, glue.test_splits(task.name)[split])
+    for split, rows in tests.items():
+        outputs = tuner.evaluate(_dataset(tuner.strategy, rows, batch, False, seed))
+        files = tuner.task.predict_test(split, rows, outputs)
         if chief:
-            tf.io.gfile.makedirs(directory)
-            rows = glue.submission_rows(task.name, examples.ids, predictions)
-            writer.write_text_atomic("\n".join(rows) + "\n", path)
-            logging.info("test %s: %d predictions in %s", split, len(predictions), path)
-        written[split] = path
+            _write_files(workdir, files)
+        for name in files:
+            logging.info("test %s: %d predictions in %s", split, len(rows),
+                         os.path.join(workdir, name))
+        written[split] = os.path.join(workdir, *files)
     return written
+
+
+def _write_files(directory, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = os.path.join(directory, name)
+        tf.io.gfile.makedirs(os.path.dirname(path))
+        writer.write_text_atomic(text, path)
 
 
 def _exported_steps(workdir) -> set[int]:
@@ -414,21 +396,29 @@ def _remove_other_best(best_dir, keep_step):
             tf.io.gfile.remove(path)
 
 
-def _evaluate(tuner, task, eval_data, eval_writers, state, step, best_dir):
-    metrics = {}
-    for split, data in eval_data.items():
-        predictions, labels = tuner.evaluate(data)
-        metrics[split] = glue_metrics.compute(task.name, predictions, labels)
+def _evaluate(tuner, eval_data, eval_writers, state, step, best_dir, chief_workdir):
+    """Scores every dev split; a new best is saved to `best_dir` and its prediction
+    files (if the task makes any) written to `chief_workdir` (None on other workers)."""
+    task = tuner.task
+    metrics, files = {}, {}
+    for split, (rows, data) in eval_data.items():
+        evaluation = task.evaluate(split, rows, tuner.evaluate(data))
+        metrics[split] = evaluation.metrics
+        files.update(evaluation.files)
         summaries.write_scalars(eval_writers[split], metrics[split], step)
-        logging.info("eval %s at step %d (%d examples): %s", split, step, len(labels),
+        logging.info("eval %s at step %d (%d rows): %s", split, step, len(rows),
                      " ".join(f"{k} {v:.4f}" for k, v in metrics[split].items()))
-    first = task.eval_splits[0]
+    first = list(eval_data)[0]
     score = metrics[first][task.primary_metric]
     state["evaluations"].append({"step": step, "metrics": metrics})
     if state["best"] is None or score > state["best"]["score"]:
         state["best"] = {"step": step, "score": score, "metric": f"{first}/{task.primary_metric}",
                          "metrics": metrics}
         tf.train.Checkpoint(model=tuner.model).write(_best_prefix(best_dir, step))
+        if files:
+            state["best"]["files"] = sorted(files)
+        if chief_workdir:
+            _write_files(chief_workdir, files)
 
 
 def is_finetuning_run(workdir: str) -> bool:
@@ -443,16 +433,21 @@ def is_finetuning_run(workdir: str) -> bool:
             return False
 
 
+def run_task(workdir: str) -> task_lib.Task:
+    """The task of a fine-tuning run, bound to the run's config.json."""
+    with tf.io.gfile.GFile(os.path.join(workdir, "config.json")) as f:
+        config = ml_collections.ConfigDict(json.load(f))
+    return tasks.get(config.task, config)
+
+
 def export_run(workdir: str, output: str, checkpoint: str | None = None,
                max_seq_length: int | None = None, lower_case: bool | None = None) -> str:
-    """`export.export_classifier` of a fine-tuning run: its best checkpoint (the one
-    results.json names) or `checkpoint`, built from the run's own files (config.json,
-    pretrained.json, vocab.txt), not from the pre-training run."""
-    config_path, pretrained_path = (os.path.join(workdir, name)
-                                    for name in ("config.json", PRETRAINED_FILE))
-    with tf.io.gfile.GFile(config_path) as f:
-        config = json.load(f)
-    task = glue.get_task(config["task"])
+    """The task's export of a fine-tuning run: its best checkpoint (the one results.json
+    names) or `checkpoint`, built from the run's own files (config.json, pretrained.json,
+    vocab.txt), not from the pre-training run."""
+    task = run_task(workdir)
+    config = task.config
+    pretrained_path = os.path.join(workdir, PRETRAINED_FILE)
     if not tf.io.gfile.exists(pretrained_path):
         raise errors.UserError(f"{pretrained_path}: not found (a fine-tuning run made before "
                                "it was written: re-run its fine-tuning command to add it)")
@@ -473,20 +468,19 @@ def export_run(workdir: str, output: str, checkpoint: str | None = None,
     vocab = tokenizer.Vocab.load(os.path.join(workdir, "vocab.txt"))
     model = model_config.pretrainer(ml_collections.ConfigDict(pretrained["config"]),
                                     vocab.size, dtype="float32")
-    classifier = model_lib.Classifier(model.discriminator, task.num_labels, name="classifier")
-    seq = max_seq_length or config["data"]["max_seq_length"]
+    finetuned = task.build_model(model.discriminator)
+    seq = max_seq_length or config.data.max_seq_length
     if not 3 <= seq <= model.max_sequence_length:
         raise errors.UserError(f"--max_seq_length={seq}: must be in 3.."
                                f"{model.max_sequence_length} (the position table)")
-    _build(classifier, seq)
+    _build(finetuned, seq)
     try:
-        tf.train.Checkpoint(model=classifier).read(checkpoint).expect_partial() \
+        tf.train.Checkpoint(model=finetuned).read(checkpoint).expect_partial() \
             .assert_existing_objects_matched()
     except (tf.errors.NotFoundError, tf.errors.DataLossError, AssertionError,
             ValueError) as e:
-        raise errors.UserError(f"{checkpoint}: cannot restore the classifier "
+        raise errors.UserError(f"{checkpoint}: cannot restore the {task.name} model "
                                f"({' '.join(str(e).split())[:300]})") from None
-    logging.info("export: %s's classifier from %s", task.name, checkpoint)
-    return export.export_classifier(classifier, vocab, task, seq, output,
-                                    lower_case=pretrained["lower_case"] if lower_case is None
-                                    else lower_case)
+    logging.info("export: %s's model from %s", task.name, checkpoint)
+    return task.export(finetuned, vocab, seq, output,
+                       pretrained["lower_case"] if lower_case is None else lower_case)

@@ -184,7 +184,7 @@ def export(model: pretrainer.ElectraPretrainer, vocab: tokenizer_lib.Vocab,
            max_seq_length: int, output: str, lower_case: bool = True,
            warmup: bool = True) -> str:
     """Writes the SavedModel to `output` (a `MODEL_BASE/<integer version>` directory)."""
-    _check_output(output)
+    check_output(output)
     packer = TextPacker(vocab, max_seq_length, lower_case)
     ids_spec, text_spec, pair_spec = _input_specs(max_seq_length)
 
@@ -220,7 +220,7 @@ def export(model: pretrainer.ElectraPretrainer, vocab: tokenizer_lib.Vocab,
     requests = [("serving_default", {"text": texts}),
                 ("serving_pair", {"text": texts, "text_pair": texts[::-1]}),
                 ("encode", {"text": texts})]
-    return _write(archive, output, requests if warmup else None)
+    return write_archive(archive, output, requests if warmup else None)
 
 
 def export_classifier(model, vocab: tokenizer_lib.Vocab, task, max_seq_length: int,
@@ -229,7 +229,7 @@ def export_classifier(model, vocab: tokenizer_lib.Vocab, task, max_seq_length: i
     SavedModel. Signatures: `serving_default` on raw text (`text`, and `text_pair` for
     pair tasks) and `serving_ids` on ids; outputs `probabilities` [B, labels] and `label`
     [B] (the task's label string), or `score` [B] for regression."""
-    _check_output(output)
+    check_output(output)
     packer = TextPacker(vocab, max_seq_length, lower_case)
     ids_spec, text_spec, pair_spec = _input_specs(max_seq_length)
     names = tf.constant(list(task.label_names) or [""])
@@ -256,7 +256,7 @@ def export_classifier(model, vocab: tokenizer_lib.Vocab, task, max_seq_length: i
                              [text_spec])
         warmup = {"text": texts}
     archive.add_endpoint("serving_ids", classify, ids_spec)
-    return _write(archive, output, [("serving_default", warmup)])
+    return write_archive(archive, output, [("serving_default", warmup)])
 
 
 def _input_specs(max_seq_length: int):
@@ -268,7 +268,7 @@ def _input_specs(max_seq_length: int):
     return ids_spec, text_spec, [text_spec, tf.TensorSpec([None], tf.string, "text_pair")]
 
 
-def _check_output(output: str) -> None:
+def check_output(output: str) -> None:
     if not os.path.basename(os.path.normpath(output)).isdigit():
         raise errors.UserError(f"--output={output}: TF Serving needs MODEL_BASE/<integer "
                                "version>, e.g. /models/electra/1")
@@ -276,7 +276,7 @@ def _check_output(output: str) -> None:
         raise errors.UserError(f"--output={output} exists; choose a new version number")
 
 
-def _write(archive, output: str, warmup_requests) -> str:
+def write_archive(archive, output: str, warmup_requests) -> str:
     # Write beside the target and rename: a crash never leaves a half-written version
     # that TF Serving would try to load.
     partial = output.rstrip("/") + ".partial"

@@ -246,7 +246,7 @@ def test_binary_resumes_and_refuses_bad_input(pretrained, tmp_path):
                             cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert export.returncode == 0, export.stderr[-3000:]
     assert "signatures: serving_default, serving_ids" in export.stdout
-    assert "sst2's classifier from" in export.stderr
+    assert "sst2's model from" in export.stderr
 
     with open(data / "train.tsv", "a", encoding="utf-8") as f:
         f.write("a sentence with a bad label\t7\n")
@@ -293,7 +293,7 @@ def test_two_local_workers_fine_tune_as_one_worker_does(tmp_path):
         text = td._tail(log, 400)  # pylint: disable=protected-access
         assert "MultiWorkerMirroredStrategy: 2 replica(s)" in text
         assert text.count("eval validation at step ") == 3, text[-3000:]
-        assert "eval validation at step 18 (20 examples): accuracy" in text  # none twice
+        assert "eval validation at step 18 (20 rows): accuracy" in text  # none twice
 
     a = json.load(open(tmp_path / "one" / "results.json"))
     b = json.load(open(os.path.join(two, "results.json")))

@@ -1,0 +1,28 @@
+"""The fine-tuning tasks by name: `get("mrpc", config)`, `get("squad2", config)`.
+
+>>> list(TASKS)
+['cola', 'sst2', 'mrpc', 'stsb', 'qqp', 'mnli', 'qnli', 'rte', 'squad1', 'squad2']
+>>> get("squad1").primary_metric, get("rte").schedule.epochs
+('f1', 10.0)
+"""
+
+import functools
+
+from electra_tf import errors
+from electra_tf.finetuning import glue
+from electra_tf.finetuning import glue_task
+from electra_tf.finetuning import squad_task
+from electra_tf.finetuning import task as task_lib
+
+# name → a Task class with its arguments but the config.
+TASKS = {**{name: functools.partial(glue_task.GlueTask, spec)
+            for name, spec in glue.TASKS.items()},
+         "squad1": functools.partial(squad_task.SquadTask, "squad1"),
+         "squad2": functools.partial(squad_task.SquadTask, "squad2")}
+
+
+def get(name: str, config=None) -> task_lib.Task:
+    """The task called `name`, bound to a run's `config`."""
+    if name not in TASKS:
+        raise errors.UserError(f"config.task={name!r}: choose one of {', '.join(TASKS)}")
+    return TASKS[name](config=config)

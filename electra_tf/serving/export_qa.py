@@ -1,0 +1,203 @@
+"""A fine-tuned SQuAD model as a SavedModel for TF Serving: question and context in,
+the answer out. Every step of the fine-tuning's evaluation runs in the graph.
+
+    serving_default  question, context [B] string → answer [B] string (the context's own
+                     characters), start, end [B] int32 (its characters [start, end) in the
+                     context; -1 if none), score [B] float32 (the span's start + end
+                     log-probability), and for SQuAD 2.0 no_answer_score [B] float32
+
+    question, context ─► tf.text tokenization with byte offsets (the training tokenizer)
+    ─► windows: [CLS] question (≤ max_query_length tokens) [SEP] context tokens [SEP] of
+       max_seq_length, every doc_stride context tokens (`squad.features`' rule), as many
+       as each context needs: N windows for the B requests, one model call [N, S]
+    ─► the head's beam: top starts [N, K] and, per start, top ends [N, K, K]
+    ─► spans in the context, whose start has its most context in this window
+       (`squad._max_context`), at most max_answer_length tokens ─► the best over the
+       request's windows (`squad.best_answers`) ─► bytes ─► characters, and its text
+
+No context is truncated: a long one is read in as many windows as it needs. A request
+whose context has no valid span (an empty context) answers "" at -1, -1 with score
+`NO_SPAN_SCORE` (the lowest float32: JSON has no -inf). SQuAD 2.0: `no_answer_score` is
+the lowest "impossible" logit over the windows; above the run's `null_threshold` the
+answer is "" at -1, -1 (score still the best span's).
+
+Ops beyond core TF: tf.text's FastBertNormalize and FastWordpieceTokenizeWithOffsets, as
+`export.py`: TF Serving >= 2.12.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from electra_tf import errors
+from electra_tf.serving import export
+from electra_tf.text import tokenizer as tokenizer_lib
+
+NO_SPAN_SCORE = float(np.finfo(np.float32).min)
+WARMUP_QUESTIONS = ("What does ELECTRA detect?", "")
+WARMUP_CONTEXTS = ("ELECTRA detects replaced tokens.", "")
+
+
+class Windows(tf.Module):
+    """(question, context) strings [B] → windows [N, S] over each context, in the graph."""
+
+    def __init__(self, vocab: tokenizer_lib.Vocab, max_seq_length: int, lower_case: bool,
+                 doc_stride: int, max_query_length: int):
+        super().__init__(name="qa_windows")
+        if max_seq_length - max_query_length - 3 < 1:
+            raise errors.UserError(f"max_seq_length={max_seq_length} leaves no context "
+                                   f"token after a {max_query_length}-token question")
+        self.tokenizer = tokenizer_lib.make_tokenizer(vocab, lower_case=lower_case)
+        self.seq, self.stride, self.max_query = max_seq_length, doc_stride, max_query_length
+        self.cls_id, self.sep_id, self.pad_id = vocab.cls_id, vocab.sep_id, vocab.pad_id
+
+    def __call__(self, question, context) -> dict:
+        """input_ids, input_mask, segment_ids [N, S] int32; per window: `example` [N]
+        (its request), `index` [N] (its rank among the request's windows), `start` [N]
+        (its first context token), `length` [N] (context tokens), `offset` [N] (the
+        row position of its first context token); per request: `num_windows` [B],
+        context tokens' byte `token_starts`/`token_ends` [B, T + 1] (padded)."""
+        query = self.tokenizer.tokenize(question)[:, :self.max_query]      # [B, (Q)]
+        tokens, starts, ends = self.tokenizer.tokenize_with_offsets(context)  # [B, (T)]
+        n_query = tf.cast(query.row_lengths(), tf.int32)                   # [B]
+        n_tokens = tf.cast(tokens.row_lengths(), tf.int32)                 # [B]
+        room = self.seq - n_query - 3          # context tokens per window [B], >= 1
+        step = tf.minimum(room, self.stride)
+        num_windows = 1 + tf.maximum(0, -(-(n_tokens - room) // step))   # ceil, >= 1
+        example = tf.repeat(tf.range(tf.size(num_windows)), num_windows)  # [N]
+        index = tf.ragged.range(num_windows).flat_values                  # [N]
+        start = index * tf.gather(step, example)
+        length = tf.minimum(tf.gather(room, example), tf.gather(n_tokens, example) - start)
+        offset = tf.gather(n_query, example) + 2                           # [CLS] q [SEP]
+
+        # Dense per-request tables, one padding column so that an empty row still gathers.
+        batch = tf.size(n_query)
+        query_table = tf.pad(query.to_tensor(self.pad_id, shape=[batch, self.max_query]),
+                             [[0, 0], [0, 1]], constant_values=self.pad_id)
+        token_table = tf.pad(tokens.to_tensor(self.pad_id), [[0, 0], [0, 1]],
+                             constant_values=self.pad_id)                  # [B, T + 1]
+        position = tf.range(self.seq)[None, :]                             # [1, S]
+        col = lambda v: v[:, None]                                         # [N] → [N, 1]
+        in_query = (position >= 1) & (position < col(offset) - 1)
+        in_context = (position >= col(offset)) & (position < col(offset + length))
+        query_ids = tf.gather(tf.gather(query_table, example),
+                              tf.where(in_query, position - 1, 0), batch_dims=1)
+        context_ids = tf.gather(tf.gather(token_table, example),
+                                tf.where(in_context, col(start) + position - col(offset), 0),
+                                batch_dims=1)                              # [N, S]
+        last = col(offset + length)                                        # the final [SEP]
+        ids = tf.where(position == 0, self.cls_id,
+                       tf.where(in_query, query_ids,
+                                tf.where((position == col(offset) - 1) | (position == last),
+                                         self.sep_id,
+                                         tf.where(in_context, context_ids, self.pad_id))))
+        mask = position <= last
+        return {"input_ids": ids, "input_mask": tf.cast(mask, tf.int32),
+                "segment_ids": tf.cast(mask & (position >= col(offset)), tf.int32),
+                "example": example, "index": index, "start": start, "length": length,
+                "offset": offset, "num_windows": num_windows,
+                "token_starts": tf.pad(starts.to_tensor(), [[0, 0], [0, 1]]),
+                "token_ends": tf.pad(ends.to_tensor(), [[0, 0], [0, 1]])}
+
+
+def best_spans(windows: dict, outputs: dict, context, max_answer_length: int) -> dict:
+    """The best span of each request over its windows (`squad.best_answers` in the
+    graph): answer [B] string, start, end [B] int32 characters, score [B] float32,
+    found [B] bool."""
+    start_index, end_index = outputs["start_top_index"], outputs["end_top_index"]
+    k = start_index.shape[1]                                   # the beam, static
+    first, offset = windows["start"][:, None], windows["offset"][:, None]
+    length = windows["length"][:, None]
+
+    def in_context(position, rank):  # row positions [N, K(, K)] of context tokens
+        shape = [-1] + [1] * (rank - 1)
+        return ((position >= tf.reshape(offset, shape)) &
+                (position < tf.reshape(offset + length, shape)))
+
+    # A start counts only in the window that gives its token the most context: the
+    # request's windows scored as `squad._max_context` does, in integers (100 × the
+    # context on the token's shorter side + the window's length; the first window wins
+    # a tie), for every start of the beam: [N, K, W].
+    num_windows = windows["num_windows"]
+    table_start = tf.RaggedTensor.from_row_lengths(windows["start"], num_windows).to_tensor()
+    table_length = tf.RaggedTensor.from_row_lengths(windows["length"],
+                                                    num_windows).to_tensor()  # [B, W]
+    w_start = tf.cast(tf.gather(table_start, windows["example"])[:, None, :], tf.int64)
+    w_length = tf.cast(tf.gather(table_length, windows["example"])[:, None, :], tf.int64)
+    token = tf.cast(first + start_index - offset, tf.int64)[:, :, None]   # [N, K, 1]
+    inside = (token >= w_start) & (token < w_start + w_length)
+    most = 100 * tf.minimum(token - w_start, w_start + w_length - 1 - token) + w_length
+    w = tf.shape(table_start, out_type=tf.int64)[1]
+    key = tf.where(inside, most * w + (w - 1 - tf.range(w)), -1)
+    best_window = tf.cast(tf.argmax(key, axis=-1), tf.int32)              # [N, K]
+    valid_start = in_context(start_index, 2) & (best_window == windows["index"][:, None])
+    span = end_index - start_index[:, :, None]                            # [N, K, K]
+    valid = (valid_start[:, :, None] & in_context(end_index, 3) & (span >= 0) &
+             (span < max_answer_length))
+    score = outputs["start_top_log_probs"][:, :, None] + outputs["end_top_log_probs"]
+    score = tf.where(valid, score, -np.inf)
+
+    # The best of each request's windows × K × K candidates: [B, W · K · K].
+    per_request = tf.RaggedTensor.from_row_lengths(
+        tf.reshape(score, [-1, k * k]), num_windows).merge_dims(1, 2)
+    per_request = per_request.to_tensor(-np.inf)
+    best = tf.cast(tf.argmax(per_request, axis=1), tf.int32)              # [B]
+    best_score = tf.reduce_max(per_request, axis=1)
+    window = tf.cumsum(num_windows, exclusive=True) + best // (k * k)     # [B] row n
+    i, j = best % (k * k) // k, best % k
+    start_position = tf.gather_nd(start_index, tf.stack([window, i], 1))
+    end_position = tf.gather_nd(end_index, tf.stack([window, i, j], 1))
+    found = tf.math.is_finite(best_score)   # else the positions point anywhere: token 0
+    to_token = tf.gather(windows["start"] - windows["offset"], window)
+    byte_start = tf.gather(windows["token_starts"],
+                           tf.where(found, start_position + to_token, 0), batch_dims=1)
+    byte_end = tf.gather(windows["token_ends"],
+                         tf.where(found, end_position + to_token, 0), batch_dims=1)
+
+    # Bytes → characters: the number of the context's characters that start before.
+    _, char_starts = tf.strings.unicode_decode_with_offsets(context, "UTF-8",
+                                                            errors="replace")
+    char_table = char_starts.to_tensor(np.iinfo(np.int64).max)            # [B, C]
+    start_char = tf.reduce_sum(tf.cast(char_table < byte_start[:, None], tf.int32), 1)
+    end_char = tf.reduce_sum(tf.cast(char_table < byte_end[:, None], tf.int32), 1)
+    text = tf.strings.substr(context, tf.where(found, byte_start, 0),
+                             tf.where(found, byte_end - byte_start, 0), unit="BYTE")
+    return {"answer": text, "start": tf.where(found, start_char, -1),
+            "end": tf.where(found, end_char, -1),
+            "score": tf.where(found, best_score, NO_SPAN_SCORE), "found": found}
+
+
+def export_question_answerer(model, vocab: tokenizer_lib.Vocab, output: str, *,
+                             max_seq_length: int, lower_case: bool, doc_stride: int,
+                             max_query_length: int, max_answer_length: int,
+                             null_threshold: float | None = None) -> str:
+    """A fine-tuned `finetuning.model.QuestionAnswerer` as a SavedModel (see the module
+    docstring); `null_threshold` (SQuAD 2.0) adds `no_answer_score`."""
+    export.check_output(output)
+    windows = Windows(vocab, max_seq_length, lower_case, doc_stride, max_query_length)
+
+    def answer(question, context):
+        rows = windows(question, context)
+        outputs = model({k: rows[k] for k in ("input_ids", "input_mask", "segment_ids")},
+                        training=False)
+        spans = best_spans(rows, outputs, context, max_answer_length)
+        result = {k: spans[k] for k in ("answer", "start", "end", "score")}
+        if null_threshold is not None:
+            no_answer = tf.math.unsorted_segment_min(
+                outputs["answerable_logit"], rows["example"], tf.size(question))
+            answered = spans["found"] & (no_answer <= null_threshold)
+            result.update(answer=tf.where(answered, spans["answer"], ""),
+                          start=tf.where(answered, spans["start"], -1),
+                          end=tf.where(answered, spans["end"], -1),
+                          no_answer_score=no_answer)
+        return result
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.track(windows)
+    archive.add_endpoint("serving_default", answer,
+                         [tf.TensorSpec([None], tf.string, "question"),
+                          tf.TensorSpec([None], tf.string, "context")])
+    warmup = {"question": np.array(WARMUP_QUESTIONS, object),
+              "context": np.array(WARMUP_CONTEXTS, object)}
+    return export.write_archive(archive, output, [("serving_default", warmup)])
