@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from electra_tf import model_config
+from electra_tf import profiling
 from electra_tf.model import flops
 from electra_tf.model import sizes
 from configs import electra as electra_configs  # pylint: disable=g-bad-import-order
@@ -85,6 +86,11 @@ def test_train_benchmark_prints_one_json_line_last_and_profiles(tmp_path):
     peaks = results["matmul_peak_flops_by_library"]
     assert set(peaks) == {"tensorflow", "xla", "numpy_blas"}
     assert results["matmul_peak_flops"] == max(peaks.values())
+    assert (results["matmul_dtype"], results["mfu_peak_source"]) == ("float32",
+                                                                     "measured_matmul")
+    assert results["mfu_peak_flops"] == results["matmul_peak_flops"]
+    assert results["mfu"] == pytest.approx(
+        results["achieved_flops"] / results["mfu_peak_flops"], abs=1e-4)
     assert set(results["versions"]) >= {"tensorflow", "keras", "keras_hub",
                                          "tensorflow_text", "python"}
     # Memory by stage: [resident after it, peak during it], in the order the stages ran;
@@ -100,6 +106,13 @@ def test_train_benchmark_prints_one_json_line_last_and_profiles(tmp_path):
     traces = glob.glob(f"{tmp_path}/profile/plugins/profile/*/*.xplane.pb")
     assert len(traces) == 1 and os.path.getsize(traces[0]) > 0
     assert len(results["step_times_s"]) == 2
+    # tools/profile_summary.py's reading of it: the 3 traced steps, and (no XLA here) the
+    # model's matmuls among the host's TF ops; no GPU, so no device table.
+    summary = profiling.summarize(profiling.newest_trace(str(tmp_path / "profile")), top=200)
+    assert summary["steps"] == 3 and summary["step_wall_ms"] > 0
+    assert any("MatMul" in op for op in summary["host_tf_ops_ms"]), summary["host_tf_ops_ms"]
+    assert summary["devices"] == {}
+    assert "3 steps traced" in profiling.to_markdown(summary)
 
 
 @pytest.mark.slow  # the train benchmark's fast test covers its JSON
@@ -177,9 +190,12 @@ def test_sweep_mirrored_runs_one_device_then_mirrored_at_the_same_global_batch(t
 @pytest.mark.slow
 def test_train_benchmark_under_mirrored_over_two_logical_cpus():
     # The CPU is split before anything initialises TF's devices (the matmul peak did).
+    # --peak_tflops: the MFU against a stated peak (a GPU's datasheet figure) instead.
     results = last_json_line(run_tool("benchmark.py", *TINY, "--steps=1",
                                       "--config.runtime.strategy=mirrored",
-                                      "--config.runtime.cpu_devices=2"))
+                                      "--config.runtime.cpu_devices=2", "--peak_tflops=0.5"))
+    assert (results["mfu_peak_source"], results["mfu_peak_flops"]) == ("stated", 5e11)
+    assert results["mfu"] == pytest.approx(results["achieved_flops"] / 5e11, abs=1e-4)
     assert (results["strategy"], results["replicas"]) == ("MirroredStrategy", 2)
     assert results["batch_size"] == 4  # global
     assert abs(results["seq_per_sec_per_replica"] - results["seq_per_sec"] / 2) < 0.002

@@ -60,6 +60,7 @@ import time
 
 from absl import flags
 from ml_collections import config_flags
+import keras
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as text
@@ -104,8 +105,12 @@ _COMPARE_DATA = flags.DEFINE_bool(
     "alternate synthetic and real-data steps on one Trainer (see the module docstring).")
 _INPUT_BATCHES = flags.DEFINE_integer(
     "input_batches", 300, "--compare_data: batches timed through the input pipeline alone.")
-_MATMUL_SIZE = flags.DEFINE_integer("matmul_size", 2048, "n of the n×n float32 matmul "
-                                    "that measures the peak FLOP/s.")
+_MATMUL_SIZE = flags.DEFINE_integer("matmul_size", 2048, "n of the n×n matmul (in the "
+                                    "step's compute dtype) that measures the peak FLOP/s.")
+_PEAK_TFLOPS = flags.DEFINE_float(
+    "peak_tflops", None, "Train mode: the device's datasheet peak in TFLOP/s for the step's "
+    "compute dtype (e.g. 989.4 for an H100 SXM's dense bfloat16); the MFU is then taken "
+    "against it instead of the matmul measured in this process (both are printed).")
 _PROFILE = flags.DEFINE_bool(
     "profile", False, "Train mode: write a TensorBoard profiler trace of "
     f"{PROFILE_STEPS} steps after the timed ones, to --profile_dir or <workdir>/profile.")
@@ -306,18 +311,20 @@ def _synthetic_dataset(strategy, config, num_predictions, vocab_size):
     return strategy.distribute_datasets_from_function(make)
 
 
-def matmul_peak_flops(n: int, repeats: int = 5, per_repeat: int = 4) -> dict[str, float]:
-    """The best float32 FLOP/s of an n×n @ n×n matmul (2·n³ FLOPs) in this process, by
-    library: TF's kernel, TF under XLA (what the training step uses) and NumPy's BLAS
-    (the machine's practical peak, e.g. OpenBLAS). The MFU is taken against the best."""
-    a = tf.random.normal([n, n])
-    b = tf.random.normal([n, n])
+def matmul_peak_flops(n: int, dtype: str = "float32", repeats: int = 5,
+                      per_repeat: int = 4) -> dict[str, float]:
+    """The best FLOP/s of an n×n @ n×n matmul (2·n³ FLOPs) in `dtype` in this process, by
+    library: TF's kernel, TF under XLA (what the training step uses) and, for float32,
+    NumPy's BLAS (a CPU's practical peak, e.g. OpenBLAS). The MFU is taken against the
+    best. On a GPU, TF's float32 matmuls run as TF32 (TF's default on Ampere and newer)."""
+    a = tf.random.normal([n, n], dtype=dtype)
+    b = tf.random.normal([n, n], dtype=dtype)
 
     def chain(a, b):
         c = a
         for _ in range(per_repeat):  # a chain: nothing can be skipped or overlapped
-            c = tf.matmul(c, b) * 1e-3
-        return tf.reduce_sum(c)
+            c = tf.matmul(c, b) * tf.cast(1e-3, dtype)
+        return tf.reduce_sum(tf.cast(c, tf.float32))
 
     def best_time(run):
         run()
@@ -333,6 +340,8 @@ def matmul_peak_flops(n: int, repeats: int = 5, per_repeat: int = 4) -> dict[str
     for name, jit in (("tensorflow", False), ("xla", True)):
         fn = tf.function(chain, jit_compile=jit)
         out[name] = flops / best_time(lambda fn=fn: fn(a, b).numpy())
+    if dtype != "float32":
+        return out
     an, bn = a.numpy(), b.numpy()
 
     def blas():
@@ -428,8 +437,13 @@ def bench_train():
     strategy = distribute.get_strategy(config.runtime)
     distribute.local_batch_size(strategy, batch_size)  # the replicas must divide it
     memory.record("strategy")
-    peaks = matmul_peak_flops(_MATMUL_SIZE.value)
-    peak = max(peaks.values())
+    # The peak in the dtype the step multiplies in: bfloat16 under mixed_bfloat16.
+    compute_dtype = keras.mixed_precision.DTypePolicy(
+        distribute.dtype_policy(config.train.mixed_precision, strategy)).compute_dtype
+    peaks = matmul_peak_flops(_MATMUL_SIZE.value, compute_dtype)
+    if _PEAK_TFLOPS.value is not None and _PEAK_TFLOPS.value <= 0:
+        raise errors.UserError("--peak_tflops must be positive")
+    peak = _PEAK_TFLOPS.value * 1e12 if _PEAK_TFLOPS.value else max(peaks.values())
     memory.record("matmul_peak")
 
     # ---------------------------------------------------------------- data
@@ -499,9 +513,13 @@ def bench_train():
         "warmup_s": round(warmup_s, 1),
         "model_flops_per_seq": model_flops,
         "achieved_flops": round(achieved),
-        "matmul_peak_flops": round(peak),
+        "matmul_peak_flops": round(max(peaks.values())),
         "matmul_peak_flops_by_library": {k: round(v) for k, v in peaks.items()},
+        "matmul_dtype": compute_dtype,
+        # Against --peak_tflops where given (a datasheet figure), else the measured matmul.
         "mfu": round(achieved / peak, 4),
+        "mfu_peak_flops": round(peak),
+        "mfu_peak_source": "stated" if _PEAK_TFLOPS.value else "measured_matmul",
         "loss": None if loss is None else round(float(loss), 4),
         "batch_size": batch_size, "seq_len": seq_len, "size": config.model.size,
         "shape": shape.to_dict(),
@@ -523,6 +541,9 @@ def bench_train():
         "memory_by_stage_mib": memory.stages,
         "peak_rss_mib": memory.peak_mib,
     }
+    if tf.config.list_logical_devices("GPU"):  # the allocator's high-water mark on GPU 0
+        results["gpu_peak_memory_mib"] = round(
+            tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20)
     if _COMPARE_DATA.value:
         real = _rates(timings["real"], batch_size)
         results.update({
@@ -556,7 +577,6 @@ def _device():
 
 
 def _versions():
-    import keras  # pylint: disable=g-import-not-at-top
     import keras_hub  # pylint: disable=g-import-not-at-top
     return {"tensorflow": tf.__version__, "keras": keras.__version__,
             "keras_hub": keras_hub.__version__, "tensorflow_text": text.__version__,

@@ -1,0 +1,156 @@
+"""Where a profiled step's time goes: a summary of a TensorBoard profiler trace.
+
+`tools/benchmark.py --profile` and `config.train.profile_steps` write traces
+(`<dir>/plugins/profile/<run>/<host>.xplane.pb`) that TensorBoard's Profile tab shows.
+This module reads the newest run's XSpace and answers the questions a benchmark table
+needs, in numbers rather than in a trace viewer:
+
+- the steps traced (the `train` TraceMe events the benchmark and the loop wrap each
+  step in) and their wall time;
+- on each GPU, the kernel time per step grouped by what the kernels do (matmuls, XLA
+  fusions, TF kernels outside XLA, copies), the busiest kernels, and how much of the
+  steps' wall time the GPU was busy at all (the union of its kernels' intervals over
+  every stream): the rest is time the GPU waited for the host;
+- on the host, the time per step of the TF ops the executor ran outside XLA, by op type,
+  summed over threads (on a CPU they do the work; on a GPU they launch it).
+
+    >>> category("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64")
+    'matmul'
+    >>> category("loop_multiply_fusion_12")
+    'xla_fusion'
+"""
+
+import collections
+import glob
+import os
+
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+STEP_EVENT = "train"  # the TraceMe name around each profiled step
+
+# Kernel names, lower-cased, by what they do. The first match wins.
+_CATEGORIES = (
+    ("memcpy", ("memcpy", "memset")),
+    ("matmul", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "matmul", "sm90_", "sm80_",
+                "ampere_", "dot_")),
+    ("xla_fusion", ("fusion", "loop_", "input_", "wrapped_", "triton", "reduce",
+                    "softmax", "convert", "transpose", "copy", "concatenate")),
+    ("tf_kernel", ("eigen", "tensorflow::", "tensorflow_", "functor")),
+)
+
+
+def category(kernel: str) -> str:
+    """What a GPU kernel does, by its name: matmul, xla_fusion, tf_kernel (TF's own
+    kernels, outside XLA: the optimizer update, metrics), memcpy, or other."""
+    name = kernel.lower()
+    for label, needles in _CATEGORIES:
+        if any(n in name for n in needles):
+            return label
+    return "other"
+
+
+def newest_trace(profile_dir: str) -> str:
+    """The newest run's .xplane.pb under a profile directory (or the file itself)."""
+    if profile_dir.endswith(".xplane.pb"):
+        return profile_dir
+    runs = sorted(glob.glob(os.path.join(profile_dir, "plugins", "profile", "*")))
+    traces = sorted(glob.glob(os.path.join(runs[-1], "*.xplane.pb"))) if runs else []
+    if not traces:
+        raise FileNotFoundError(f"{profile_dir}: no plugins/profile/*/*.xplane.pb in it")
+    return traces[0]
+
+
+def _events(plane, line):
+    """(name, start_ps, end_ps) of a line's events, on the profile's clock."""
+    base = line.timestamp_ns * 1000
+    for event in line.events:
+        start = base + event.offset_ps
+        yield plane.event_metadata[event.metadata_id].name, start, start + event.duration_ps
+
+
+def _union_ps(intervals, window) -> int:
+    """Picoseconds inside `window` covered by at least one interval."""
+    lo, hi = window
+    clipped = sorted((max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi)
+    total, end = 0, lo
+    for s, e in clipped:
+        if e > end:
+            total += e - max(s, end)
+            end = e
+    return total
+
+
+def summarize(path: str, top: int = 12) -> dict:
+    """The summary of one .xplane.pb (see the module docstring); times in ms per step."""
+    space = xplane_pb2.XSpace()
+    with open(path, "rb") as f:
+        space.ParseFromString(f.read())
+    host = next((p for p in space.planes if p.name == "/host:CPU"), None)
+    steps = []
+    host_ops = collections.Counter()
+    if host is not None:
+        for line in host.lines:
+            for name, start, end in _events(host, line):
+                if name == STEP_EVENT:
+                    steps.append((start, end))
+    steps.sort()
+    if not steps:
+        raise ValueError(f"{path}: no '{STEP_EVENT}' step events: profile with "
+                         "tools/benchmark.py --profile or config.train.profile_steps")
+    window = (steps[0][0], steps[-1][1])
+    if host is not None:  # TF ops the executor ran itself (not XLA's), on any thread
+        for line in host.lines:
+            for name, start, end in _events(host, line):
+                kind = name.split(":")[-1].strip()  # TF names op events "op_name:OpType"
+                if (":" in name and "::" not in name and not kind.startswith("__inference")
+                        and window[0] <= start < window[1]):  # not the function calls
+                    host_ops[kind] += end - start
+    n = len(steps)
+    ms = lambda ps: round(ps / 1e9 / n, 3)  # noqa: E731: ps in the window → ms per step
+    wall_ps = sum(e - s for s, e in steps)
+    result = {"trace": path, "steps": n, "step_wall_ms": ms(wall_ps),
+              "host_tf_ops_ms": {k: ms(v) for k, v in host_ops.most_common(top)},
+              "devices": {}}
+    for plane in space.planes:
+        if not plane.name.startswith("/device:GPU"):
+            continue
+        kernels, intervals = collections.Counter(), []
+        for line in plane.lines:
+            if not line.name.startswith("Stream"):  # kernels and copies are on streams
+                continue
+            for name, start, end in _events(plane, line):
+                if window[0] <= start < window[1]:
+                    kernels[name] += end - start
+                    intervals.append((start, end))
+        by_category = collections.Counter()
+        for name, ps in kernels.items():
+            by_category[category(name)] += ps
+        busy = sum(_union_ps(intervals, step) for step in steps)
+        total = sum(kernels.values())
+        result["devices"][plane.name] = {
+            "kernel_ms": ms(total),
+            "busy_ms": ms(busy),
+            "busy_fraction": round(busy / wall_ps, 4) if wall_ps else 0.0,
+            "by_category_ms": {k: ms(v) for k, v in by_category.most_common()},
+            "top_kernels_ms": {k[:120]: ms(v) for k, v in kernels.most_common(top)},
+        }
+    return result
+
+
+def to_markdown(summary: dict) -> str:
+    """Tables of a summary, for BENCHMARKS.md or a terminal."""
+    lines = [f"{summary['steps']} steps traced, {summary['step_wall_ms']:.1f} ms wall each "
+             f"({summary['trace']})", ""]
+    for device, d in summary["devices"].items():
+        lines += [f"{device}: busy {d['busy_ms']:.1f} ms of each step "
+                  f"({100 * d['busy_fraction']:.0f}%), kernels {d['kernel_ms']:.1f} ms", "",
+                  "| kernels | ms per step | share of kernel time |", "|---|---|---|"]
+        lines += [f"| {k} | {v:.2f} | {100 * v / max(d['kernel_ms'], 1e-9):.0f}% |"
+                  for k, v in d["by_category_ms"].items()]
+        lines += ["", "| kernel | ms per step |", "|---|---|"]
+        lines += [f"| `{k}` | {v:.2f} |" for k, v in d["top_kernels_ms"].items()]
+        lines.append("")
+    if summary["host_tf_ops_ms"]:
+        lines += ["| host TF op (outside XLA) | ms per step |", "|---|---|"]
+        lines += [f"| {k} | {v:.2f} |" for k, v in summary["host_tf_ops_ms"].items()]
+    return "\n".join(lines)
