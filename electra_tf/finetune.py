@@ -1,10 +1,11 @@
-"""Fine-tunes a pre-trained discriminator on a GLUE task:
+"""Fine-tunes a pre-trained discriminator on a GLUE task or SQuAD (squad1, squad2):
 
     python -m electra_tf.finetune --config=configs/finetune.py:TASK --workdir=DIR \
-        --config.init_checkpoint=PRETRAIN_WORKDIR [--config.data.dir=GLUE_TASK_DIR]
+        --config.init_checkpoint=PRETRAIN_WORKDIR [--config.data.dir=TASK_DATA_DIR]
 
 Writes DIR/results.json after each evaluation, DIR/best (the best checkpoint by the task's
-metric), DIR/export/<step> (that model as a SavedModel) and TensorBoard logs in DIR/logs.
+metric), DIR/export/<step> (that model as a SavedModel), TensorBoard logs in DIR/logs, and
+for SQuAD the best step's DIR/predictions.json (and null_odds.json for 2.0).
 Re-running the same command resumes.
 """
 
@@ -20,7 +21,7 @@ from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
 from electra_tf import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Config file and task, e.g. configs/finetune.py:mrpc.", lock_config=True)
+    "config", None, "Config file and task, e.g. configs/finetune.py:mrpc or :squad2.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, logs and results go here.")
 flags.mark_flags_as_required(["config", "workdir"])
 

@@ -10,6 +10,7 @@ import os
 import random
 import subprocess
 import sys
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from configs import finetune as finetune_configs  # pylint: disable=g-bad-import
 from electra_tf import errors
 from electra_tf.finetuning import loop
 from electra_tf.finetuning import squad
+from electra_tf.finetuning import tasks
 from tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -121,6 +123,32 @@ def test_squad_run_writes_results_predictions_and_resumes(pretrained, tmp_path):
         config = _config("squad1", pretrained, data)
         config.predict_test = True
         loop.finetune(config, str(tmp_path / "other"))
+
+
+def test_squad_from_tfds_prepared_locally_reads_as_the_json(tmp_path):
+    """TFDS's own squad/v2.0 builder, its download replaced by our files."""
+    tfds = pytest.importorskip("tensorflow_datasets")
+    write_squad(tmp_path, "squad2", 6, 4)
+    files = {"train": str(tmp_path / "train-v2.0.json"), "dev": str(tmp_path / "dev-v2.0.json")}
+    tfds_dir = str(tmp_path / "tfds")
+    with mock.patch.object(tfds.download.DownloadManager, "download_and_extract",
+                           return_value=files):
+        tfds.builder("squad/v2.0", data_dir=tfds_dir).download_and_prepare()
+    for split, path in (("train", files["train"]), ("validation", files["dev"])):
+        from_tfds = squad.load("squad2", split, tfds_data_dir=tfds_dir)
+        assert from_tfds.source == f"squad/v2.0:{split}"
+
+        def rows(questions):
+            return sorted((q.qid, q.question, q.context, q.answers, q.answer_starts)
+                          for q in questions.items)
+        assert rows(from_tfds) == rows(squad.read_json(path))
+    config = _config("squad2", "", "")  # no data.dir: the task reads TFDS
+    config.data.tfds_data_dir = tfds_dir
+    data = tasks.get("squad2", config).read(helpers.write_vocab(str(tmp_path)), True)
+    assert data.evals["validation"].summary.startswith("4 questions in ")
+    assert "from squad/v2.0:validation (0 skipped)" in data.evals["validation"].summary
+    with pytest.raises(squad.SquadDataError, match="squad/v1.1 is not prepared in"):
+        squad.load("squad1", "train", tfds_data_dir=tfds_dir)
 
 
 @pytest.mark.slow  # two fine-tuning runs of a few hundred steps, an export process
