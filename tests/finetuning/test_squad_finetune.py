@@ -191,6 +191,21 @@ def test_tiny_model_learns_squad_with_the_defaults_and_its_export_answers(pretra
         for q, answer, start, end in zip(dev, answers, got["start"], got["end"]):
             assert (q.context[start:end] == answer) if answer else start == end == -1
 
+    # The README's REST example: its request through the 2.0 model gives its response.
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    request, response = (json.loads(readme.split(f"<!-- {marker} -->", 1)[1]
+                                    .split("```", 2)[1].split("\n", 1)[1])
+                         for marker in ("squad-rest-request", "squad-rest-response"))
+    instances = request["instances"]
+    rest = helpers.session_run(results["export"], {"rest": (request["signature_name"], {
+        k: np.array([i[k] for i in instances], object) for k in ("question", "context")})},
+        str(tmp_path / "rest"))["rest"]
+    want = response["predictions"][0]
+    assert set(rest) == set(want)
+    assert (rest["answer"][0].decode("utf-8"), rest["start"][0], rest["end"][0]) == (
+        want["answer"], want["start"], want["end"])
+    assert rest["no_answer_score"][0] < -2.75 and rest["score"][0] > -1.0
+
     export = subprocess.run([sys.executable, "tools/export_savedmodel.py",
                              f"--workdir={workdir}", f"--output={tmp_path}/models/3"],
                             cwd=ROOT, capture_output=True, text=True, timeout=600)
