@@ -111,11 +111,13 @@ def forge_step(checkpoint_dir, step):
 
 def write_pretrained_run(directory, max_seq_length=16, dropout=None):
     """A tiny pre-training workdir with random weights (config.json, vocab.txt, a
-    model-only checkpoint), as export and fine-tuning read it. Returns (vocab, model)."""
+    model-only checkpoint), as export and fine-tuning read it, in `directory` (made if
+    needed). Returns (vocab, model)."""
     import json  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from configs import electra as electra_configs  # pylint: disable=g-import-not-at-top
     from electra_tf import model_config  # pylint: disable=g-import-not-at-top
+    os.makedirs(directory, exist_ok=True)
     vocab = write_vocab(str(directory))
     config = electra_configs.get_config("tiny")
     config.data.max_seq_length = max_seq_length

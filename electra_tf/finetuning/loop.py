@@ -200,6 +200,7 @@ def _check_config(config, workdir, task: task_lib.Task):
         section, name = key.split(".")
         if not config[section][name] >= low:
             raise errors.UserError(f"config.{key}={config[section][name]} must be >= {low:g}")
+    task.check_config()
     saved_path = os.path.join(workdir, "config.json")
     if tf.io.gfile.exists(saved_path):
         with tf.io.gfile.GFile(saved_path) as f:

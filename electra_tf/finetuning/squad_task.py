@@ -58,6 +58,19 @@ class SquadTask(task_lib.Task):
             # original: -2.75 (its qa_na_threshold).
             config.model.null_threshold = -2.75
 
+    def check_config(self) -> None:
+        data, model = self.config.data, self.config.model
+        for key, value in (("data.doc_stride", data.doc_stride),
+                           ("data.max_query_length", data.max_query_length),
+                           ("model.beam_size", model.beam_size),
+                           ("model.max_answer_length", model.max_answer_length)):
+            if value < 1:
+                raise errors.UserError(f"config.{key}={value} must be >= 1")
+        if data.max_seq_length - data.max_query_length - 3 < 1:  # [CLS] q [SEP] c [SEP]
+            raise errors.UserError(f"config.data.max_query_length={data.max_query_length} "
+                                   "leaves no context token in a config.data.max_seq_length="
+                                   f"{data.max_seq_length} window")
+
     # ------------------------------------------------------------------------ data
 
     def read(self, vocab, lower_case: bool) -> task_lib.Data:
@@ -65,10 +78,6 @@ class SquadTask(task_lib.Task):
         if self.config.predict_test:
             raise errors.UserError("config.predict_test: SQuAD's test set is hidden; there "
                                    "are no test predictions to write")
-        if data.max_seq_length - data.max_query_length - 3 < 1:  # [CLS] q [SEP] c [SEP]
-            raise errors.UserError(f"config.data.max_query_length={data.max_query_length} "
-                                   "leaves no context token in a config.data.max_seq_length="
-                                   f"{data.max_seq_length} window")
         load = dict(data_dir=data.dir or None, tfds_data_dir=data.tfds_data_dir or None,
                     on_bad=data.on_bad)
         return task_lib.Data(

@@ -8,6 +8,7 @@ best checkpoint and results for every task. A new task (NER, say) is a new modul
 `Task` subclass and a line in `tasks.TASKS`.
 
     configure(config)             its defaults and its own fields (configs/finetune.py)
+    check_config()                one-line errors for its own fields
     read(vocab, lower_case)       → Data: train Rows, {dev split: Rows}, {test split: Rows}
     build_model(encoder)          → keras.Model on {input_ids, input_mask, segment_ids}
     loss(model, inputs, labels)   → per-row loss [b] (the loop sums and divides by the
@@ -84,6 +85,9 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def configure(self, config) -> None:
         """Fills the task's own fields of a fresh config (its defaults, commented)."""
+
+    def check_config(self) -> None:
+        """One-line `errors.UserError`s for the task's own fields that cannot work."""
 
     @abc.abstractmethod
     def read(self, vocab, lower_case: bool) -> Data:

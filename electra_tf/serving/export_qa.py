@@ -9,7 +9,8 @@ the answer out. Every step of the fine-tuning's evaluation runs in the graph.
     question, context ─► tf.text tokenization with byte offsets (the training tokenizer)
     ─► windows: [CLS] question (≤ max_query_length tokens) [SEP] context tokens [SEP] of
        max_seq_length, every doc_stride context tokens (`squad.features`' rule), as many
-       as each context needs: N windows for the B requests, one model call [N, S]
+       as each context needs: N windows for the B requests, through the model
+       `WINDOWS_PER_CALL` at a time (the end head's memory grows with windows × beam × S)
     ─► the head's beam: top starts [N, K] and, per start, top ends [N, K, K]
     ─► spans in the context, whose start has its most context in this window
        (`squad._max_context`), at most max_answer_length tokens ─► the best over the
@@ -34,6 +35,9 @@ from electra_tf.serving import export
 from electra_tf.text import tokenizer as tokenizer_lib
 
 NO_SPAN_SCORE = float(np.finfo(np.float32).min)
+# Windows per model call: the joint end head holds [windows, beam, S, 512] floats (Base:
+# 21 MB per window at S 512, beam 20), so a long context goes through in slices.
+WINDOWS_PER_CALL = 8
 WARMUP_QUESTIONS = ("What does ELECTRA detect?", "")
 WARMUP_CONTEXTS = ("ELECTRA detects replaced tokens.", "")
 
@@ -50,13 +54,19 @@ class Windows(tf.Module):
         self.tokenizer = tokenizer_lib.make_tokenizer(vocab, lower_case=lower_case)
         self.seq, self.stride, self.max_query = max_seq_length, doc_stride, max_query_length
         self.cls_id, self.sep_id, self.pad_id = vocab.cls_id, vocab.sep_id, vocab.pad_id
+        # The most windows one context token can be in: windows start every `step` =
+        # min(room, stride) tokens and hold `room` <= S - 3 (room >= S - max_query - 3).
+        self.overlap = -(-(max_seq_length - 3) // min(max_seq_length - max_query_length - 3,
+                                                       doc_stride)) + 1
 
     def __call__(self, question, context) -> dict:
         """input_ids, input_mask, segment_ids [N, S] int32; per window: `example` [N]
         (its request), `index` [N] (its rank among the request's windows), `start` [N]
         (its first context token), `length` [N] (context tokens), `offset` [N] (the
-        row position of its first context token); per request: `num_windows` [B],
-        context tokens' byte `token_starts`/`token_ends` [B, T + 1] (padded)."""
+        row position of its first context token), and its request's `step`, `room`,
+        `tokens` and `windows` [N] (window spacing, context tokens per window, context
+        tokens, windows); per request: `num_windows` [B], context tokens' byte
+        `token_starts`/`token_ends` [B, T + 1] (padded)."""
         query = self.tokenizer.tokenize(question)[:, :self.max_query]      # [B, (Q)]
         tokens, starts, ends = self.tokenizer.tokenize_with_offsets(context)  # [B, (T)]
         n_query = tf.cast(query.row_lengths(), tf.int32)                   # [B]
@@ -80,11 +90,13 @@ class Windows(tf.Module):
         col = lambda v: v[:, None]                                         # [N] → [N, 1]
         in_query = (position >= 1) & (position < col(offset) - 1)
         in_context = (position >= col(offset)) & (position < col(offset + length))
-        query_ids = tf.gather(tf.gather(query_table, example),
-                              tf.where(in_query, position - 1, 0), batch_dims=1)
-        context_ids = tf.gather(tf.gather(token_table, example),
-                                tf.where(in_context, col(start) + position - col(offset), 0),
-                                batch_dims=1)                              # [N, S]
+        rows = tf.broadcast_to(col(example), tf.shape(in_query))           # [N, S]
+
+        def lookup(table, columns):  # table[example of the row, column]: [N, S]
+            return tf.gather_nd(table, tf.stack([rows, columns], -1))
+        query_ids = lookup(query_table, tf.where(in_query, position - 1, 0))
+        context_ids = lookup(token_table,
+                             tf.where(in_context, col(start) + position - col(offset), 0))
         last = col(offset + length)                                        # the final [SEP]
         ids = tf.where(position == 0, self.cls_id,
                        tf.where(in_query, query_ids,
@@ -96,18 +108,43 @@ class Windows(tf.Module):
                 "segment_ids": tf.cast(mask & (position >= col(offset)), tf.int32),
                 "example": example, "index": index, "start": start, "length": length,
                 "offset": offset, "num_windows": num_windows,
+                "step": tf.gather(step, example), "room": tf.gather(room, example),
+                "tokens": tf.gather(n_tokens, example),
+                "windows": tf.gather(num_windows, example),
                 "token_starts": tf.pad(starts.to_tensor(), [[0, 0], [0, 1]]),
                 "token_ends": tf.pad(ends.to_tensor(), [[0, 0], [0, 1]])}
 
 
-def best_spans(windows: dict, outputs: dict, context, max_answer_length: int) -> dict:
+def run_in_slices(model, rows: dict, size: int = WINDOWS_PER_CALL) -> dict:
+    """The model's inference outputs for the [N, S] rows, `size` rows per call (a
+    `tf.map_fn` loop): [N, ...] each, as one call would give."""
+    n = tf.shape(rows["input_ids"])[0]
+    seq = rows["input_ids"].shape[1]
+    pad = -n % size   # extra rows of padding (mask 0), dropped after
+    inputs = {k: tf.reshape(tf.pad(rows[k], [[0, pad], [0, 0]]), [-1, size, seq])
+              for k in ("input_ids", "input_mask", "segment_ids")}
+    k = min(model.beam_size, seq)
+    signature = {"start_top_log_probs": tf.TensorSpec([size, k], tf.float32),
+                 "start_top_index": tf.TensorSpec([size, k], tf.int32),
+                 "end_top_log_probs": tf.TensorSpec([size, k, k], tf.float32),
+                 "end_top_index": tf.TensorSpec([size, k, k], tf.int32),
+                 "answerable_logit": tf.TensorSpec([size], tf.float32)}
+    outputs = tf.map_fn(lambda x: model(x, training=False), inputs,
+                        fn_output_signature=signature)
+    return {name: tf.reshape(v, tf.concat([[-1], tf.shape(v)[2:]], 0))[:n]
+            for name, v in outputs.items()}
+
+
+def best_spans(windows: dict, outputs: dict, context, max_answer_length: int,
+               overlap: int) -> dict:
     """The best span of each request over its windows (`squad.best_answers` in the
     graph): answer [B] string, start, end [B] int32 characters, score [B] float32,
-    found [B] bool."""
+    found [B] bool. `windows`: `Windows`' output; `overlap`: its `overlap`."""
     start_index, end_index = outputs["start_top_index"], outputs["end_top_index"]
     k = start_index.shape[1]                                   # the beam, static
     first, offset = windows["start"][:, None], windows["offset"][:, None]
     length = windows["length"][:, None]
+    num_windows = windows["num_windows"]                       # [B]
 
     def in_context(position, rank):  # row positions [N, K(, K)] of context tokens
         shape = [-1] + [1] * (rank - 1)
@@ -115,22 +152,22 @@ def best_spans(windows: dict, outputs: dict, context, max_answer_length: int) ->
                 (position < tf.reshape(offset + length, shape)))
 
     # A start counts only in the window that gives its token the most context: the
-    # request's windows scored as `squad._max_context` does, in integers (100 × the
-    # context on the token's shorter side + the window's length; the first window wins
-    # a tie), for every start of the beam: [N, K, W].
-    num_windows = windows["num_windows"]
-    table_start = tf.RaggedTensor.from_row_lengths(windows["start"], num_windows).to_tensor()
-    table_length = tf.RaggedTensor.from_row_lengths(windows["length"],
-                                                    num_windows).to_tensor()  # [B, W]
-    w_start = tf.cast(tf.gather(table_start, windows["example"])[:, None, :], tf.int64)
-    w_length = tf.cast(tf.gather(table_length, windows["example"])[:, None, :], tf.int64)
+    # windows that can hold context token c (w from c // step down, `overlap` of them)
+    # scored as `squad._max_context` does, in integers (100 × the context on the token's
+    # shorter side + the window's length; the first window wins a tie): [N, K, overlap].
+    def per_row(name):
+        return tf.cast(windows[name], tf.int64)[:, None, None]
     token = tf.cast(first + start_index - offset, tf.int64)[:, :, None]   # [N, K, 1]
-    inside = (token >= w_start) & (token < w_start + w_length)
+    w = token // per_row("step") - tf.range(overlap, dtype=tf.int64)
+    w_start = w * per_row("step")
+    w_length = tf.minimum(per_row("room"), per_row("tokens") - w_start)
+    inside = ((w >= 0) & (w < per_row("windows")) & (token >= w_start) &
+              (token < w_start + w_length))
     most = 100 * tf.minimum(token - w_start, w_start + w_length - 1 - token) + w_length
-    w = tf.shape(table_start, out_type=tf.int64)[1]
-    key = tf.where(inside, most * w + (w - 1 - tf.range(w)), -1)
-    best_window = tf.cast(tf.argmax(key, axis=-1), tf.int32)              # [N, K]
-    valid_start = in_context(start_index, 2) & (best_window == windows["index"][:, None])
+    key = tf.where(inside, most * 2**32 - w, -2**62)
+    best_window = tf.gather(w, tf.argmax(key, axis=-1), batch_dims=2)      # [N, K]
+    valid_start = in_context(start_index, 2) & (
+        best_window == tf.cast(windows["index"], tf.int64)[:, None])
     span = end_index - start_index[:, :, None]                            # [N, K, K]
     valid = (valid_start[:, :, None] & in_context(end_index, 3) & (span >= 0) &
              (span < max_answer_length))
@@ -178,9 +215,8 @@ def export_question_answerer(model, vocab: tokenizer_lib.Vocab, output: str, *,
 
     def answer(question, context):
         rows = windows(question, context)
-        outputs = model({k: rows[k] for k in ("input_ids", "input_mask", "segment_ids")},
-                        training=False)
-        spans = best_spans(rows, outputs, context, max_answer_length)
+        outputs = run_in_slices(model, rows)
+        spans = best_spans(rows, outputs, context, max_answer_length, windows.overlap)
         result = {k: spans[k] for k in ("answer", "start", "end", "score")}
         if null_threshold is not None:
             no_answer = tf.math.unsorted_segment_min(

@@ -262,8 +262,8 @@ def test_two_local_workers_fine_tune_as_one_worker_does(tmp_path):
     """multi_worker: the same global batches, every dev example evaluated once (20 with
     batch 16: the last batch padded), the same metrics; only the chief writes."""
     from tests.training import test_distribute as td  # pylint: disable=g-import-not-at-top
+    # Without dropout: the runs differ only in the order of sums.
     pretrained = tmp_path / "pretrained"
-    pretrained.mkdir()  # without dropout: the runs differ only in the order of sums
     helpers.write_pretrained_run(pretrained, SEQ, dropout=0.0)
     data = _toy_data(tmp_path, "sst2", 96, 20)
     command = [sys.executable, "-m", "electra_tf.finetune",

@@ -119,6 +119,13 @@ def test_squad_run_writes_results_predictions_and_resumes(pretrained, tmp_path):
     assert os.listdir(os.path.join(workdir, "logs", "validation"))
     with pytest.raises(errors.UserError, match="config.data.doc_stride=8 differs"):
         loop.finetune(_config("squad2", pretrained, data, **{"data.doc_stride": 8}), workdir)
+    with pytest.raises(errors.UserError, match="config.data.max_query_length=46 leaves no "
+                       "context token in a config.data.max_seq_length=48 window"):
+        loop.finetune(_config("squad2", pretrained, data, **{"data.max_query_length": 46}),
+                      str(tmp_path / "other"))
+    with pytest.raises(errors.UserError, match="config.data.doc_stride=0 must be >= 1"):
+        loop.finetune(_config("squad1", pretrained, data, **{"data.doc_stride": 0}),
+                      str(tmp_path / "other"))
     with pytest.raises(errors.UserError, match="SQuAD's test set is hidden"):
         config = _config("squad1", pretrained, data)
         config.predict_test = True
@@ -216,3 +223,39 @@ def test_tiny_model_learns_squad_with_the_defaults_and_its_export_answers(pretra
     out = again.signatures["serving_default"](question=tf.constant([dev[0].question]),
                                               context=tf.constant([dev[0].context]))
     assert out["answer"].numpy()[0].decode("utf-8") == expected[0]
+
+
+@pytest.mark.slow  # two fine-tuning processes
+def test_squad_under_mirrored_gives_the_one_device_results(tmp_path):
+    """Mirrored over 2 logical CPUs: the same global batches of windows, every dev window
+    once (the last batch padded), the beam's outputs gathered in order: the same answers
+    and metrics as one device."""
+    from tests.training import test_distribute as td  # pylint: disable=g-import-not-at-top
+    # Without dropout: the runs differ only in the order of sums.
+    pretrained = tmp_path / "pretrained"
+    helpers.write_pretrained_run(pretrained, SEQ, dropout=0.0)
+    data = write_squad(tmp_path, "squad2", 160, 30)
+    command = [sys.executable, "-m", "electra_tf.finetune",
+               "--config=configs/finetune.py:squad2", f"--config.init_checkpoint={pretrained}",
+               f"--config.data.dir={data}", f"--config.data.max_seq_length={SEQ}",
+               f"--config.data.doc_stride={STRIDE}", f"--config.data.max_query_length={QUERY}"]
+    runs = {"one": ["--config.runtime.strategy=one_device"],
+            "two": ["--config.runtime.strategy=mirrored", "--config.runtime.cpu_devices=2"]}
+    for name, flags in runs.items():
+        result = subprocess.run(command + [f"--workdir={tmp_path / name}"] + flags, cwd=ROOT,
+                                capture_output=True, text=True, timeout=600, env=td._env())  # pylint: disable=protected-access
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "best validation: exact=" in result.stdout and "HasAns_f1=" in result.stdout
+    assert "MirroredStrategy: 2 replica(s)" in result.stderr
+    one, two = (json.load(open(tmp_path / name / "results.json")) for name in runs)
+    assert [e["step"] for e in one["evaluations"]] == [e["step"] for e in two["evaluations"]]
+    for a, b in zip(one["evaluations"], two["evaluations"]):
+        assert b["metrics"]["validation"] == pytest.approx(a["metrics"]["validation"],
+                                                           rel=1e-3, abs=1e-6), (a, b)
+    for name in ("predictions.json", "null_odds.json"):
+        a, b = (json.load(open(tmp_path / run / name)) for run in runs)
+        assert a.keys() == b.keys() and len(a) == 30
+        if name == "predictions.json":
+            assert a == b
+        else:
+            np.testing.assert_allclose([b[k] for k in a], list(a.values()), atol=1e-4)

@@ -46,6 +46,15 @@ def test_windows_in_the_graph_are_the_features_windows(setup):
         np.testing.assert_array_equal(windows[key].numpy(), features.arrays()[key], key)
     np.testing.assert_array_equal(windows["example"].numpy(), features.question_index)
     assert windows["num_windows"].numpy()[0] >= 10 and windows["num_windows"].numpy()[1] == 1
+    # A context token is in at most `overlap` windows (the span search's static bound);
+    # the long context's windows overlap (doc_stride < the room), so a start has rivals.
+    overlap = export_qa.Windows(vocab, SEQ, True, STRIDE, QUERY).overlap
+    counts = {}
+    for f in np.nonzero(features.question_index == 0)[0]:
+        for start in features.token_chars[f][:, 0]:
+            if start >= 0:
+                counts[start] = counts.get(start, 0) + 1
+    assert 2 <= max(counts.values()) <= overlap
     with pytest.raises(errors.UserError, match="leaves no context token"):
         export_qa.Windows(vocab, 10, True, STRIDE, QUERY)
 
