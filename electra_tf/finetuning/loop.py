@@ -360,13 +360,11 @@ def _predict_tests(tuner, tests, batch, workdir, chief, seed) -> dict:
     written = {}
     for split, rows in tests.items():
         outputs = tuner.evaluate(_dataset(tuner.strategy, rows, batch, False, seed))
-        files = tuner.task.predict_test(split, rows, outputs)
+        name, text = tuner.task.predict_test(split, rows, outputs)
         if chief:
-            _write_files(workdir, files)
-        for name in files:
-            logging.info("test %s: %d predictions in %s", split, len(rows),
-                         os.path.join(workdir, name))
-        written[split] = os.path.join(workdir, *files)
+            _write_files(workdir, {name: text})
+        written[split] = os.path.join(workdir, name)
+        logging.info("test %s: %d predictions in %s", split, len(rows), written[split])
     return written
 
 

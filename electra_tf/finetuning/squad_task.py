@@ -60,6 +60,9 @@ class SquadTask(task_lib.Task):
 
     def check_config(self) -> None:
         data, model = self.config.data, self.config.model
+        if self.config.predict_test:
+            raise errors.UserError("config.predict_test: SQuAD's test set is hidden; there "
+                                   "are no test predictions to write")
         for key, value in (("data.doc_stride", data.doc_stride),
                            ("data.max_query_length", data.max_query_length),
                            ("model.beam_size", model.beam_size),
@@ -75,9 +78,6 @@ class SquadTask(task_lib.Task):
 
     def read(self, vocab, lower_case: bool) -> task_lib.Data:
         data = self.config.data
-        if self.config.predict_test:
-            raise errors.UserError("config.predict_test: SQuAD's test set is hidden; there "
-                                   "are no test predictions to write")
         load = dict(data_dir=data.dir or None, tfds_data_dir=data.tfds_data_dir or None,
                     on_bad=data.on_bad)
         return task_lib.Data(

@@ -14,7 +14,7 @@ best checkpoint and results for every task. A new task (NER, say) is a new modul
     loss(model, inputs, labels)   → per-row loss [b] (the loop sums and divides by the
                                     global batch)
     evaluate(split, rows, outputs) → Evaluation: metrics, files for the run dir
-    predict_test(split, rows, outputs) → {file in the run dir: text}
+    predict_test(split, rows, outputs) → (file in the run dir, its text)
     export(model, vocab, max_seq_length, output, lower_case) → SavedModel path
 
 `outputs` are the model's inference outputs (a tensor or a dict of them) for every row,
@@ -105,8 +105,8 @@ class Task(abc.ABC):
     def evaluate(self, split: str, rows: Rows, outputs) -> Evaluation:
         """The metrics of `split` (with `primary_metric`) from the outputs of its rows."""
 
-    def predict_test(self, split: str, rows: Rows, outputs) -> dict[str, str]:
-        """{path in the run dir: text} of a test split's predictions."""
+    def predict_test(self, split: str, rows: Rows, outputs) -> tuple[str, str]:
+        """(path in the run dir, text) of a test split's predictions."""
         raise NotImplementedError(f"{self.name} has no test predictions")
 
     @abc.abstractmethod

@@ -126,7 +126,8 @@ def test_squad_run_writes_results_predictions_and_resumes(pretrained, tmp_path):
     with pytest.raises(errors.UserError, match="config.data.doc_stride=0 must be >= 1"):
         loop.finetune(_config("squad1", pretrained, data, **{"data.doc_stride": 0}),
                       str(tmp_path / "other"))
-    with pytest.raises(errors.UserError, match="SQuAD's test set is hidden"):
+    with pytest.raises(errors.UserError, match="^config.predict_test: SQuAD's test set is "
+                       "hidden"):
         config = _config("squad1", pretrained, data)
         config.predict_test = True
         loop.finetune(config, str(tmp_path / "other"))
