@@ -46,7 +46,7 @@ def get_config(arg: str = "mrpc") -> ml_collections.ConfigDict:
     #                                       SQuAD's JSON (train-v1.1.json, dev-v1.1.json, ...)
     config.data.tfds_data_dir = ""        # else TFDS (glue/<task>, squad), prepared in this dir
     config.data.max_seq_length = schedule.max_seq_length  # original: 128 (SQuAD 512)
-    config.data.on_bad = "error"          # error|skip: bad rows/questions stop the run or are counted
+    config.data.on_bad = "error"          # error|skip: bad rows (questions) stop the run or count
 
     config.model = ml_collections.ConfigDict()
 

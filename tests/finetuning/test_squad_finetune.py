@@ -97,8 +97,8 @@ def test_squad_configs_have_the_originals_defaults():
 
 def test_squad_run_writes_results_predictions_and_resumes(pretrained, tmp_path):
     """A short 2.0 run: results.json with HasAns/NoAns, predictions.json and
-    null_odds.json in the official format, TensorBoard, the best step exported; a
-    resume with other windows is refused."""
+    null_odds.json in the official format, TensorBoard, the best step exported; it
+    resumes, and a resume with other windows is refused."""
     data = write_squad(tmp_path, "squad2", 96, 24)
     workdir = str(tmp_path / "run")
     best = loop.finetune(_config("squad2", pretrained, data, **{"train.epochs": 1}),
@@ -117,6 +117,12 @@ def test_squad_run_writes_results_predictions_and_resumes(pretrained, tmp_path):
         assert predictions[q.qid] in q.context and isinstance(null_odds[q.qid], float)
     assert os.path.exists(os.path.join(results["export"], "saved_model.pb"))
     assert os.listdir(os.path.join(workdir, "logs", "validation"))
+    # The same command again resumes a finished run: nothing retrained or re-exported.
+    again = loop.finetune(_config("squad2", pretrained, data, **{"train.epochs": 1}),
+                          workdir)["validation"]
+    assert again == best
+    assert json.load(open(os.path.join(workdir, "results.json")))["evaluations"] == results[
+        "evaluations"]
     with pytest.raises(errors.UserError, match="config.data.doc_stride=8 differs"):
         loop.finetune(_config("squad2", pretrained, data, **{"data.doc_stride": 8}), workdir)
     with pytest.raises(errors.UserError, match="config.data.max_query_length=46 leaves no "
