@@ -60,6 +60,11 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
                                               # shares; paper: embeddings (GLUE 83.6 none,
                                               # 84.3 embeddings, 84.4 all, Sec. 3.2)
     config.model.tie_embeddings = True        # older spelling: False is tie=none
+    config.model.objective = "electra"        # electra|electra_15|mlm|replace_mlm|
+                                              # all_tokens_mlm (model/objectives/); paper:
+                                              # electra (GLUE 85.0; Table 5: all_tokens_mlm
+                                              # 84.3, replace_mlm 82.4, electra_15 82.4,
+                                              # mlm = BERT 82.2)
     config.model.temperature = 1.0            # sampling temperature; paper: 1.0
     config.model.disallow_correct = False     # never sample the original token; paper: off
     config.model.disc_weight = 50.0           # lambda, the RTD loss weight; paper: 50
@@ -86,6 +91,13 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
                                               # (TensorBoard text "predictions"); 0: none
     config.train.profile_steps = 0            # N > 0: a TensorBoard profile (Profile tab)
                                               # of N steps after the first loop (compiled)
+    config.train.algorithm = "joint"          # joint|two_stage (training/algorithms.py);
+                                              # paper: joint (two-stage did not help)
+    config.train.two_stage_generator_steps = 0  # two_stage: steps the generator trains
+                                              # alone (MLM) before the discriminator,
+                                              # initialised from it, trains alone (RTD);
+                                              # needs the generator of the
+                                              # discriminator's shape
     config.train.seed = 0                     # init, data order, sampling
     config.train.mixed_precision = "auto"     # auto|float32|bfloat16|float16 (auto: bf16 on
                                               # TPU and Ampere+ GPUs, fp16 older GPUs, fp32 CPU)

@@ -193,5 +193,10 @@ def pretrainer(config, vocabulary_size: int, dtype=None):
     model = config.model
     return pretrainer_lib.ElectraPretrainer(
         vocabulary_size, shape(config), temperature=model.temperature,
-        disallow_correct=model.disallow_correct, dropout=model.dropout, dtype=dtype,
-        name="electra")
+        disallow_correct=model.disallow_correct, dropout=model.dropout,
+        objective=objective_name(config), dtype=dtype, name="electra")
+
+
+def objective_name(config) -> str:
+    """`config.model.objective` (a config.json written before objectives existed: electra)."""
+    return config.model.get("objective", "electra")

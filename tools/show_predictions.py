@@ -57,6 +57,10 @@ def main(argv):
     if bool(_TEXT.value) == bool(_DATA.value):
         raise errors.UserError("give --text=\"...\" (one or more) or --data=DIR")
     config, vocab, model, path = export.load_run(_WORKDIR.value, _CHECKPOINT.value)
+    if not model.objective.detects:
+        raise errors.UserError(f"--workdir={_WORKDIR.value}: config.model.objective="
+                               f"{model.objective.name!r} detects no replaced tokens: "
+                               "nothing to show")
     seq = config.data.max_seq_length
     masking_config = loop.masking_config(config, vocab)
     if _TEXT.value:

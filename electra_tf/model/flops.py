@@ -13,6 +13,8 @@ embedding width, and for each encoder H its hidden width, F its FFN width, L its
     generator       = encoder(Hg, Fg, Lg) + P·(2·Hg·Eg + 2·Eg·V) MLM head, masked positions
     training        = 3 · (generator + discriminator)            backward ≈ 2 × forward
 
+(for ELECTRA; `for_shape` counts each objective's own passes and heads).
+
 The MLM head projects to the vocabulary at the P masked positions only (never over all S
 tokens), so V costs P·2·E·V, not S·2·E·V. ELECTRA-Small (H=256, F=1024, L=12, E=128;
 generator H=64, F=256, L=12) at S=128, P=19, V=30522 comes to about 3.0 GFLOP forward,
@@ -39,16 +41,34 @@ def encoder_flops(size: sizes_lib.EncoderSize, seq_len: int) -> int:
     return size.num_layers * per_layer + projection
 
 
+def mlm_head_flops(size: sizes_lib.EncoderSize, num_positions: int, vocab_size: int) -> int:
+    """An MLM head on `size`'s encoder at `num_positions` positions: dense H → E, then the
+    tied embedding matrix E → V."""
+    e = size.embedding_size
+    return num_positions * (2 * size.hidden_size * e + 2 * e * vocab_size)
+
+
+def rtd_head_flops(size: sizes_lib.EncoderSize, seq_len: int) -> int:
+    """The replaced-token head at every position: dense H → H, then H → 1."""
+    h = size.hidden_size
+    return 2 * seq_len * h * h + 2 * seq_len * h
+
+
+def generator_flops(generator: sizes_lib.EncoderSize, seq_len: int, num_predictions: int,
+                    vocab_size: int) -> int:
+    """Forward FLOPs of the generator with its MLM head at the masked positions."""
+    return (encoder_flops(generator, seq_len)
+            + mlm_head_flops(generator, num_predictions, vocab_size))
+
+
 def forward_flops_per_sequence(discriminator: sizes_lib.EncoderSize,
                                generator: sizes_lib.EncoderSize, seq_len: int,
                                num_predictions: int, vocab_size: int) -> int:
     """Forward FLOPs of generator + discriminator (with their heads) for one sequence."""
-    h, hg, e = discriminator.hidden_size, generator.hidden_size, generator.embedding_size
-    discriminator_flops = encoder_flops(discriminator, seq_len) + 2 * seq_len * h * h \
-        + 2 * seq_len * h
-    generator_flops = encoder_flops(generator, seq_len) \
-        + num_predictions * (2 * hg * e + 2 * e * vocab_size)
-    return discriminator_flops + generator_flops
+    discriminator_flops = encoder_flops(discriminator, seq_len) + rtd_head_flops(
+        discriminator, seq_len)
+    return discriminator_flops + generator_flops(generator, seq_len, num_predictions,
+                                                 vocab_size)
 
 
 def training_flops_per_sequence(discriminator: sizes_lib.EncoderSize,
@@ -59,10 +79,19 @@ def training_flops_per_sequence(discriminator: sizes_lib.EncoderSize,
                                           num_predictions, vocab_size)
 
 
-
 def for_shape(shape: sizes_lib.ModelShape, seq_len: int, num_predictions: int,
-              vocab_size: int) -> int:
-    """Training FLOPs per sequence of a whole `ModelShape` (any shape, any tie: sharing
-    weights saves no compute, each encoder pass still runs)."""
-    return training_flops_per_sequence(shape.discriminator, shape.generator, seq_len,
-                                       num_predictions, vocab_size)
+              vocab_size: int, objective: str = "electra") -> int:
+    """Training FLOPs per sequence of a whole `ModelShape` under `objective` (any shape,
+    any tie: sharing weights saves no compute, each encoder pass still runs). Each
+    objective counts its own passes (`model/objectives/`): `mlm` has no generator,
+    `all_tokens_mlm` projects to the vocabulary at every position.
+
+    >>> small = sizes_lib.ModelShape(sizes_lib.SIZES["small"],
+    ...                              sizes_lib.generator_size(sizes_lib.SIZES["small"], 0.25))
+    >>> [round(for_shape(small, 128, 19, 30522, name) / 1e9, 2) for name in
+    ...  ("electra", "mlm", "replace_mlm", "all_tokens_mlm")]
+    [8.98, 8.33, 9.38, 11.96]
+    """
+    from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
+    return objectives.get(objective).training_flops(shape, seq_len, num_predictions,
+                                                    vocab_size)

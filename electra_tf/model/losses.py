@@ -2,7 +2,9 @@
 
 MLM: cross-entropy of the generator at the masked positions (weighted by
 `masked_lm_weights`). RTD: sigmoid cross-entropy of the discriminator over the real tokens
-(`input_mask`). Total: MLM + disc_weight × RTD.
+(`input_mask`), or only at the masked positions (`rtd_at_masked`: the paper's ELECTRA 15%).
+Total: MLM + disc_weight × RTD. The other objectives (`model/objectives/`) combine the
+same per-token losses.
 
 Each loss is a sum divided by a normalizer: by default this batch's number of masked
 positions / real tokens. Under a distribution strategy the train step passes the GLOBAL
@@ -35,8 +37,21 @@ def rtd_token_losses(logits, is_replaced):
         labels=tf.cast(is_replaced, tf.float32), logits=tf.cast(logits, tf.float32))
 
 
-def pretraining_loss(outputs, batch, disc_weight, num_masked=None, num_tokens=None):
-    """(total loss, values): values hold `mlm_loss`, `rtd_loss` and the per-token losses.
+def at_positions(values, positions):
+    """`[B, S]` per-token values → `[B, P]` at the masked positions."""
+    return tf.gather(values, tf.cast(positions, tf.int32), batch_dims=1)
+
+
+def mean(token_losses, weights, count):
+    """Σ losses · weights / count; max(count, 1): a batch with nothing to count (all
+    padding) gives 0, not NaN."""
+    return tf.reduce_sum(token_losses * weights) / tf.maximum(count, 1.0)
+
+
+def pretraining_loss(outputs, batch, disc_weight, num_masked=None, num_tokens=None,
+                     rtd_at_masked=False):
+    """(total loss, values): values hold `mlm_loss`, `rtd_loss` and the per-token losses
+    (`rtd_token_losses` [B, S], or [B, P] at the masked positions with `rtd_at_masked`).
 
     num_masked, num_tokens: the normalizers (default: this batch's own counts).
     """
@@ -49,9 +64,12 @@ def pretraining_loss(outputs, batch, disc_weight, num_masked=None, num_tokens=No
 
     mlm_tokens = mlm_token_losses(outputs["mlm_logits"], batch["masked_lm_ids"])
     rtd_tokens = rtd_token_losses(outputs["disc_logits"], outputs["is_replaced"])
-    # max(.., 1): a batch with no masked position (all-padding) gives 0, not NaN.
-    mlm = tf.reduce_sum(mlm_tokens * weights) / tf.maximum(num_masked, 1.0)
-    rtd = tf.reduce_sum(rtd_tokens * token_mask) / tf.maximum(num_tokens, 1.0)
+    mlm = mean(mlm_tokens, weights, num_masked)
+    if rtd_at_masked:
+        rtd_tokens = at_positions(rtd_tokens, batch["masked_lm_positions"])  # [B, P]
+        rtd = mean(rtd_tokens, weights, num_masked)
+    else:
+        rtd = mean(rtd_tokens, token_mask, num_tokens)
     values = {"mlm_loss": mlm, "rtd_loss": rtd,
               "mlm_token_losses": mlm_tokens, "rtd_token_losses": rtd_tokens}
     return mlm + disc_weight * rtd, values

@@ -13,6 +13,12 @@ generator IS the discriminator's encoder), or nothing (`none`: its own embedding
 own width). The MLM head projects with the generator's token matrix. After pre-training
 the discriminator (`embeddings` + `discriminator`) is the product; the generator is dropped.
 
+That is the `electra` objective. `objective` (`model/objectives/`) chooses the forward
+pass, the main encoder's head (`discriminator_head`: the RTD head, or an MLM head) and
+whether a generator is built (`mlm` has none); the pre-trainer offers the passes
+(`generate`, `encode`) the objectives combine. The main encoder keeps the name
+`discriminator` under every objective: fine-tuning and export take it.
+
 >>> import numpy as np
 >>> from electra_tf.model import sizes
 >>> tiny = sizes.SIZES["tiny"]
@@ -34,6 +40,7 @@ import tensorflow as tf
 from electra_tf.model import dropout as dropout_lib
 from electra_tf.model import encoder
 from electra_tf.model import heads
+from electra_tf.model import objectives
 from electra_tf.model import sampling
 from electra_tf.model import sizes
 
@@ -44,13 +51,14 @@ class ElectraPretrainer(keras.Model):
     Inputs: a batch dict from `electra_tf.data.pipeline` (`input_ids`, `input_mask`,
     `segment_ids`, `masked_input_ids`, `masked_lm_positions`, `masked_lm_ids`,
     `masked_lm_weights`) and `uniform`, `[B, P]` numbers that drive the sampling.
-    Outputs: `mlm_logits` [B, P, V], `sampled_ids` [B, P], `corrupted_ids` [B, S],
-    `is_replaced` [B, S] (float32 0/1), `disc_logits` [B, S] (float32).
+    Outputs (objective `electra`): `mlm_logits` [B, P, V], `sampled_ids` [B, P],
+    `corrupted_ids` [B, S], `is_replaced` [B, S] (float32 0/1), `disc_logits` [B, S]
+    (float32); other objectives' are in their modules.
     """
 
     def __init__(self, vocabulary_size: int, shape: sizes.ModelShape,
                  temperature: float = 1.0, disallow_correct: bool = False,
-                 dropout: float = 0.1, **kwargs):
+                 dropout: float = 0.1, objective: str = "electra", **kwargs):
         super().__init__(**kwargs)
         if temperature <= 0:
             raise ValueError(f"`temperature` must be positive. Received: "
@@ -61,6 +69,7 @@ class ElectraPretrainer(keras.Model):
         self.temperature = temperature
         self.disallow_correct = disallow_correct
         self.dropout = dropout
+        self.objective = objectives.get(objective)
 
         # === Layers ===
         def make_embeddings(size, name):
@@ -77,18 +86,21 @@ class ElectraPretrainer(keras.Model):
         # slots) in the order they are set, so checkpoints of every version restore alike.
         self.embeddings = make_embeddings(shape.discriminator, "embeddings")
         discriminator = make_encoder(self.embeddings, shape.discriminator, "discriminator")
-        if shape.tie == "all":
-            self.generator = discriminator
+        if not self.objective.uses_generator:
+            self.generator = self.generator_head = None
         else:
-            generator_embeddings = (self.embeddings if shape.tie == "embeddings" else
-                                    make_embeddings(shape.generator, "generator_embeddings"))
-            self.generator = make_encoder(generator_embeddings, shape.generator, "generator")
-        self.generator_head = heads.masked_lm_head(self.generator.embeddings,
-                                                   dtype=self.dtype_policy)
+            if shape.tie == "all":
+                self.generator = discriminator
+            else:
+                generator_embeddings = (
+                    self.embeddings if shape.tie == "embeddings" else
+                    make_embeddings(shape.generator, "generator_embeddings"))
+                self.generator = make_encoder(generator_embeddings, shape.generator,
+                                              "generator")
+            self.generator_head = heads.masked_lm_head(self.generator.embeddings,
+                                                       dtype=self.dtype_policy)
         self.discriminator = discriminator
-        self.discriminator_head = heads.ReplacedTokenHead(
-            shape.discriminator.hidden_size, dtype=self.dtype_policy,
-            name="discriminator_predictions")
+        self.discriminator_head = self.objective.make_head(self)
 
     @property
     def discriminator_size(self) -> sizes.EncoderSize:
@@ -121,14 +133,19 @@ class ElectraPretrainer(keras.Model):
         return dropout_lib.seeded(seed, replica)
 
     def _forward(self, batch, uniform, training, dropout_seed=None, replica=0):
+        return self.objective.forward(self, batch, uniform, training, dropout_seed, replica)
+
+    def generate(self, batch, uniform, training, dropout_seed=None, replica=0) -> dict:
+        """The generator's pass and its samples: `mlm_logits` [B, P, V], `sampled_ids`
+        [B, P], `corrupted_ids` [B, S] (the masked input with the samples in place) and
+        `is_replaced` [B, S]."""
         input_ids = batch["input_ids"]
-        segment_ids = batch["segment_ids"]
         padding_mask = batch["input_mask"]
 
         # Generator: MLM at the masked positions only (never over all S tokens).
         with self._seeded(dropout_seed, replica, salt=1):
             generated = self.generator({"token_ids": batch["masked_input_ids"],
-                                        "segment_ids": segment_ids,
+                                        "segment_ids": batch["segment_ids"],
                                         "padding_mask": padding_mask}, training=training)
         mlm_logits = tf.cast(self.generator_head(
             generated, mask_positions=batch["masked_lm_positions"]), tf.float32)  # [B, P, V]
@@ -146,16 +163,17 @@ class ElectraPretrainer(keras.Model):
         # A sample equal to the original token counts as original.
         is_replaced = tf.cast(tf.not_equal(corrupted_ids, tf.cast(input_ids, corrupted_ids.dtype)),
                               tf.float32) * tf.cast(padding_mask, tf.float32)    # [B, S]
-
-        with self._seeded(dropout_seed, replica, salt=0):
-            discriminated = self.discriminator({"token_ids": corrupted_ids,
-                                                "segment_ids": segment_ids,
-                                                "padding_mask": padding_mask},
-                                               training=training)
-        disc_logits = tf.cast(self.discriminator_head(discriminated), tf.float32)  # [B, S]
         return {"mlm_logits": mlm_logits, "sampled_ids": sampled_ids,
-                "corrupted_ids": corrupted_ids, "is_replaced": is_replaced,
-                "disc_logits": disc_logits}
+                "corrupted_ids": corrupted_ids, "is_replaced": is_replaced}
+
+    def encode(self, token_ids, batch, training, dropout_seed=None, replica=0):
+        """The main encoder's (`discriminator`'s) pass over `token_ids` [B, S] with the
+        batch's segments and padding: [B, S, H]."""
+        with self._seeded(dropout_seed, replica, salt=0):
+            return self.discriminator({"token_ids": token_ids,
+                                       "segment_ids": batch["segment_ids"],
+                                       "padding_mask": batch["input_mask"]},
+                                      training=training)
 
     def build_for(self, seq_length: int, num_predictions: int):
         """Creates every variable (eagerly, e.g. inside `strategy.scope()`)."""
@@ -166,13 +184,11 @@ class ElectraPretrainer(keras.Model):
 
     def discriminator_variables(self):
         """The variables of the product: embeddings, discriminator encoder and head."""
-        layers = (self.embeddings, self.discriminator, self.discriminator_head)
-        seen, out = set(), []
-        for v in (v for layer in layers for v in layer.weights):
-            if id(v) not in seen:
-                seen.add(id(v))
-                out.append(v)
-        return out
+        return _unique_weights(self.embeddings, self.discriminator, self.discriminator_head)
+
+    def generator_variables(self):
+        """The generator's: its encoder (with its embeddings, shared or not) and MLM head."""
+        return _unique_weights(self.generator, self.generator_head)
 
     # === Config ===
     def get_config(self):
@@ -183,12 +199,23 @@ class ElectraPretrainer(keras.Model):
             "temperature": self.temperature,
             "disallow_correct": self.disallow_correct,
             "dropout": self.dropout,
+            "objective": self.objective.name,
         })
         return config
 
     @classmethod
     def from_config(cls, config):
         return cls(**dict(config, shape=sizes.ModelShape.from_dict(config["shape"])))
+
+
+def _unique_weights(*layers):
+    """The layers' weights in order, each once (shared layers hold the same variables)."""
+    seen, out = set(), []
+    for v in (v for layer in layers for v in layer.weights):
+        if id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
+    return out
 
 
 def dummy_batch(batch_size: int, seq_length: int, num_predictions: int) -> dict:

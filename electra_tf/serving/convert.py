@@ -623,6 +623,12 @@ def read_electra_tf(path: str, num_heads: int | None = None,
     else:
         workdir, checkpoint = os.path.dirname(os.path.dirname(path)), path
     config, vocab, model, checkpoint = export.load_run(workdir, checkpoint)
+    if not model.objective.detects:
+        raise errors.UserError(
+            f"{workdir}: config.model.objective={model.objective.name!r} has no "
+            "replaced-token head: the formats written here hold ELECTRA's generator and "
+            "discriminator (objective electra or electra_15); export its encoder with "
+            "tools/export_savedmodel.py")
     spec = ModelSpec(vocab.size, model.shape,
                      has_generator=not _fresh_generator(workdir, checkpoint))
     slots = pretrainer_slots(model, generator=spec.has_generator)

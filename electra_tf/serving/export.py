@@ -7,6 +7,10 @@ Signatures (all `tensorflow/serving/predict`; [B] = batch, S = max_seq_length, H
     serving_default  text [B] string                → replaced_probability [B, S] float32,
                                                       token_ids, input_mask [B, S] int32,
                                                       tokens [B, S] string (WordPieces, "" pad)
+                                                      (an MLM objective's run: predicted_ids
+                                                      [B, S] int32 and predicted_tokens [B, S]
+                                                      string, the head's token at each
+                                                      position, instead of replaced_probability)
     serving_pair     text, text_pair [B] string     → the same, for sentence pairs
     encode           text [B] string                → sequence_output [B, S, H] float32,
                                                       cls_output [B, H], input_mask [B, S]
@@ -121,14 +125,14 @@ def _head(ragged, keep):
 
 
 def discriminate(model: pretrainer.ElectraPretrainer, input_ids, input_mask, segment_ids):
-    """The product: shared embeddings → discriminator encoder → RTD head (no generator)."""
+    """The product: shared embeddings → discriminator encoder → its head (no generator).
+    The head's outputs are the objective's (`Objective.serve`): `replaced_probability`
+    [B, S] for ELECTRA, `predicted_ids` [B, S] for the MLM objectives."""
     sequence = model.discriminator({"token_ids": input_ids, "segment_ids": segment_ids,
                                     "padding_mask": input_mask}, training=False)
     sequence = tf.cast(sequence, tf.float32)
-    probability = tf.sigmoid(tf.cast(model.discriminator_head(sequence), tf.float32))
-    probability *= tf.cast(input_mask, tf.float32)
-    return {"replaced_probability": probability, "sequence_output": sequence,
-            "cls_output": sequence[:, 0]}
+    return {**model.objective.serve(model, sequence, input_mask),
+            "sequence_output": sequence, "cls_output": sequence[:, 0]}
 
 
 def load_run(workdir: str, checkpoint: str | None = None, vocab_file: str | None = None):
@@ -190,8 +194,11 @@ def export(model: pretrainer.ElectraPretrainer, vocab: tokenizer_lib.Vocab,
 
     def detect(ids, mask, segments):
         out = discriminate(model, ids, mask, segments)
-        return {"replaced_probability": out["replaced_probability"], "token_ids": ids,
-                "input_mask": mask, "tokens": packer.wordpiece_strings(ids, mask)}
+        head = {k: v for k, v in out.items() if k not in ("sequence_output", "cls_output")}
+        if "predicted_ids" in head:  # an MLM head: its tokens as WordPieces too
+            head["predicted_tokens"] = packer.wordpiece_strings(head["predicted_ids"], mask)
+        return {**head, "token_ids": ids, "input_mask": mask,
+                "tokens": packer.wordpiece_strings(ids, mask)}
 
     def encode(ids, mask, segments):
         out = discriminate(model, ids, mask, segments)

@@ -7,6 +7,10 @@ One replica step (`_replica_step`), read top to bottom:
         rows' share of the global mean ─► gradients (summed) ─► metrics
     ─► all-reduce (sum) ─► optimizer: clip to global norm, weight decay, AdamW
 
+(That is the `electra` objective under the `joint` algorithm: the forward pass, the loss
+and the metrics are the objective's, `model/objectives/`; which variables a step trains by
+which loss is the algorithm's stage's, `training/algorithms.py`.)
+
 `steps_per_loop` such steps run inside one `tf.function` (one host round-trip per loop,
 which is what TPUs need). The loop ends early, at a step boundary, when SIGTERM has set
 `stop_requested` or a step's losses or gradient norm were not finite (`nonfinite`).
@@ -21,6 +25,7 @@ functions of (seed, batch index) (`data/pipeline.py`).
 """
 
 import contextlib
+import functools
 import json
 import os
 import time
@@ -37,9 +42,10 @@ from electra_tf.data import masking as masking_lib
 from electra_tf.data import order
 from electra_tf.data import pipeline
 from electra_tf.data import writer
-from electra_tf.model import losses
+from electra_tf.model import objectives
 from electra_tf.model import remat
 from electra_tf.text import tokenizer
+from electra_tf.training import algorithms
 from electra_tf.training import distribute
 from electra_tf.training import metrics as metrics_lib
 from electra_tf.training import optimizer as optimizer_lib
@@ -73,12 +79,20 @@ class Trainer:
             self.optimizer = optimizer_lib.create_optimizer(config.train, self.model,
                                                             self.policy)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-            self.train_metrics = metrics_lib.PretrainingMetrics(config.model.disc_weight)
-            self.eval_metrics = metrics_lib.PretrainingMetrics(config.model.disc_weight)
+            objective = model_config.objective_name(config)
+            # Which variables each step trains, by which loss (checked: errors name keys).
+            self.algorithm = algorithms.get(config)
+            self.train_metrics = metrics_lib.PretrainingMetrics(config.model.disc_weight,
+                                                                objective)
+            self.eval_metrics = metrics_lib.PretrainingMetrics(config.model.disc_weight,
+                                                               objective)
+        # The loss, its metrics and what is checked finite (model/objectives/).
+        self.objective = self.train_metrics.objective
         # Host state that the compiled loop reads or writes once per step.
         self.stop_requested = tf.Variable(False, trainable=False, name="stop_requested")
-        # (step, which): the first step whose mlm_loss (1), rtd_loss (2) or gradient
-        # norm (4) was not finite; step -1 while none was.
+        # (step, which): the first step whose losses (bit 2^i: the objective's
+        # `loss_names[i]`; electra: mlm_loss 1, rtd_loss 2) or gradient norm (the next
+        # bit) was not finite; step -1 while none was.
         self.nonfinite = tf.Variable([-1, 0], dtype=tf.int64, trainable=False,
                                      name="nonfinite")
         # float16: steps the loss-scale optimizer skipped (overflowing gradients).
@@ -94,7 +108,8 @@ class Trainer:
         self._step = (tf.function(self._replica_step, jit_compile=True)
                       if self.xla_scope == "whole_step" and not distribute.is_tpu(strategy)
                       else self._replica_step)
-        self.train_loop = tf.function(self._train_loop_fn)
+        self.stage = self.algorithm.stage(0)  # host state: `start_loop` sets it
+        self._train_loops = {}  # one compiled loop per stage of the algorithm
         self.eval_batch = tf.function(self._eval_batch_fn)
         self.predict = predictions.predict_fn(self.model)  # the predictions view's
 
@@ -127,23 +142,23 @@ class Trainer:
                           block=0):
         outputs = self.model(batch, uniform=uniform, dropout_seed=dropout_seed,
                              replica=block, training=training)
-        loss, values = losses.pretraining_loss(outputs, batch, self.config.model.disc_weight,
-                                               *counts)
+        loss, values = self.objective.loss(outputs, batch, *counts)
         # Keep only what the metrics read: never return [B, P, V] logits from XLA.
-        small = {k: v for k, v in outputs.items() if k != "mlm_logits"}
-        small["mlm_predictions"] = tf.argmax(outputs["mlm_logits"], -1, output_type=tf.int32)
-        return loss, small, values
+        return loss, self.objective.compact(outputs), values
 
-    def _forward_backward_fn(self, batch, uniform, counts, dropout_seed, block):
+    def _forward_backward_fn(self, batch, uniform, counts, dropout_seed, block, stage):
         """`block`: which `len(batch)`-row block of the global batch this is, for the
-        dropout masks (the replica; with accumulation, replica · N + micro-batch)."""
-        variables = self.model.trainable_variables
+        dropout masks (the replica; with accumulation, replica · N + micro-batch).
+        `stage`: the algorithm's (`training/algorithms.py`), whose variables and loss
+        this pass differentiates."""
+        variables = self.algorithm.variables(self.model, stage)
         # The model seeds each pass's masks from dropout_seed (the generator's salted);
         # recomputed blocks (remat) redraw the masks of their forward call.
         with remat.blocks(self.remat == "blocks"):
             with tf.GradientTape() as tape:
                 loss, outputs, values = self._outputs_and_loss(
                     batch, uniform, counts, True, dropout_seed, block)
+                loss = self.algorithm.loss(self.objective, loss, values, stage)
                 scaled = self.optimizer.scale_loss(loss)   # loss scaling under float16
             return tape.gradient(scaled, variables), outputs, values
 
@@ -151,7 +166,7 @@ class Trainer:
         return self._outputs_and_loss(batch, uniform, counts, False)[1:]
 
     # ------------------------------------------------------------------ steps
-    def _summed_gradients(self, batch, step, metrics=None):
+    def _summed_gradients(self, batch, step, stage, metrics=None):
         """(gradients summed over replicas, loss values) of this replica's rows; each
         micro-batch's outputs go to `metrics` (a `PretrainingMetrics`) if given.
 
@@ -160,6 +175,7 @@ class Trainer:
         counts of the whole global batch and draws the sampling noise and the dropout
         masks of its own rows of it, so the sum is the gradient of one step on the whole
         batch (up to float rounding), and the metrics are the same."""
+        variables = self.algorithm.variables(self.model, stage)
         counts = self._global_counts(batch)
         uniform = self._uniform(self.config.train.seed, step)
         dropout_seed = tf.stack([tf.constant(self.config.train.seed, tf.int64),
@@ -169,23 +185,24 @@ class Trainer:
         n = self.accumulation_steps
         if n == 1:
             grads, outputs, values = self._forward_backward(batch, uniform, counts,
-                                                            dropout_seed, replica)
+                                                            dropout_seed, replica, stage)
             # Dense, as the accumulated sum is: the norm (clipping, grad_norm) of an
             # IndexedSlices gradient would count its repeated rows one by one.
             grads = [tf.zeros(v.shape, v.dtype) if g is None else tf.convert_to_tensor(g)
-                     for g, v in zip(grads, self.model.trainable_variables)]
+                     for g, v in zip(grads, variables)]
             if metrics is not None:
                 metrics.update(batch, outputs, values)
         else:
             def split(t):  # [n · size, ...] → [n, size, ...]: static micro-batch shapes
                 return tf.reshape(t, [n, self.local_batch // n] + t.shape[1:].as_list())
             batches, uniforms = {k: split(t) for k, t in batch.items()}, split(uniform)
-            grads = [tf.zeros(v.shape, v.dtype) for v in self.model.trainable_variables]
-            values = {"mlm_loss": tf.constant(0.0), "rtd_loss": tf.constant(0.0)}
+            grads = [tf.zeros(v.shape, v.dtype) for v in variables]
+            values = {k: tf.constant(0.0) for k in self.objective.loss_names}
             for micro in tf.range(n):
                 micro_batch = {k: t[micro] for k, t in batches.items()}
                 micro_grads, outputs, micro_values = self._forward_backward(
-                    micro_batch, uniforms[micro], counts, dropout_seed, replica * n + micro)
+                    micro_batch, uniforms[micro], counts, dropout_seed, replica * n + micro,
+                    stage)
                 grads = [_add_gradient(g, m) for g, m in zip(grads, micro_grads)]
                 values = {k: values[k] + micro_values[k] for k in values}
                 if metrics is not None:
@@ -193,35 +210,56 @@ class Trainer:
         # Sum over replicas here (not in Keras) so that clipping sees the global gradient.
         return tf.distribute.get_replica_context().all_reduce(SUM, grads), values
 
-    def _replica_step(self, batch, step):
-        grads, values = self._summed_gradients(batch, step, self.train_metrics)
+    def _replica_step(self, batch, step, stage=None):
+        stage = stage or self.stage
+        grads, values = self._summed_gradients(batch, step, stage, self.train_metrics)
         grad_norm = tf.linalg.global_norm(grads)
         if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
             grad_norm /= tf.cast(self.optimizer.dynamic_scale, grad_norm.dtype)
-        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        self.optimizer.apply_gradients(zip(grads, self.algorithm.variables(self.model,
+                                                                            stage)))
         self.train_metrics.update_grad_norm(grad_norm)
-        # Replicas whose mlm_loss, rtd_loss, gradient norm is not finite: the same
-        # counts on every replica (and worker), so all of them stop at the same step.
-        finite = tf.math.is_finite(tf.stack([values["mlm_loss"], values["rtd_loss"],
-                                             tf.cast(grad_norm, tf.float32)]))
+        # Replicas whose losses (electra: mlm_loss, rtd_loss) or gradient norm are not
+        # finite: the same counts on every replica (and worker), so all of them stop at
+        # the same step.
+        finite = tf.math.is_finite(tf.stack([values[k] for k in self.objective.loss_names]
+                                            + [tf.cast(grad_norm, tf.float32)]))
         return tf.distribute.get_replica_context().all_reduce(
             SUM, tf.cast(tf.logical_not(finite), tf.float32))
 
+    @property
+    def train_loop(self):
+        """The compiled loop of the current stage, `(iterator, num_steps)`: one
+        `tf.function` per stage, so a stage's trace never runs another's step."""
+        if self.stage not in self._train_loops:
+            self._train_loops[self.stage] = tf.function(self._train_loop_fn)
+        return self._train_loops[self.stage]
+
+    def start_loop(self, step: int) -> None:
+        """On the host, before a loop that starts at `step`: the algorithm's stage there
+        (and, at two_stage's switch, the discriminator's initialisation)."""
+        self.algorithm.begin(self.model, step)
+        self.stage = self.algorithm.stage(step)
+
     def _train_loop_fn(self, iterator, num_steps):
+        """`num_steps` steps of the current stage (traced by that stage's loop only)."""
+        step_fn = functools.partial(self._step, stage=self.stage)
         for _ in tf.range(num_steps):
             if tf.logical_or(self.stop_requested.read_value(), self.nonfinite[0] >= 0):
                 break
-            bad = self.strategy.run(self._step, args=(next(iterator), self.step.value()))
+            bad = self.strategy.run(step_fn, args=(next(iterator), self.step.value()))
             self.step.assign_add(1)
             self._record_nonfinite(self.strategy.experimental_local_results(bad)[0] > 0)
 
     def _record_nonfinite(self, bad):
-        """bad: [3] bool, mlm_loss/rtd_loss/gradient norm not finite at this step."""
+        """bad: [losses + 1] bool, each loss (`loss_names`) and the gradient norm not
+        finite at this step."""
         if self.loss_scaling:
             # float16: the optimizer has skipped the update (and lowered the loss scale).
-            self.skipped_steps.assign_add(tf.cast(bad[2], tf.int64))
-            bad = tf.stack([bad[0], bad[1], tf.constant(False)])
-        which = tf.reduce_sum(tf.cast(bad, tf.int64) * tf.constant([1, 2, 4], tf.int64))
+            self.skipped_steps.assign_add(tf.cast(bad[-1], tf.int64))
+            bad = tf.concat([bad[:-1], [False]], 0)
+        bits = tf.constant([2**i for i in range(len(self._checked_names))], tf.int64)
+        which = tf.reduce_sum(tf.cast(bad, tf.int64) * bits)
         first = tf.logical_and(which > 0, self.nonfinite[0] < 0)
         self.nonfinite.assign(tf.where(first, tf.stack([self.step.value(), which]),
                                        self.nonfinite.value()))
@@ -231,9 +269,11 @@ class Trainer:
         step, which = (int(v) for v in self.nonfinite.numpy())
         if step < 0:
             return None
-        names = [name for bit, name in ((1, "mlm_loss"), (2, "rtd_loss"),
-                                        (4, "gradient norm")) if which & bit]
-        return step, names
+        return step, [name for i, name in enumerate(self._checked_names) if which & 2**i]
+
+    @property
+    def _checked_names(self):
+        return (*self.objective.loss_names, "gradient norm")
 
     def _eval_batch_fn(self, batch, index):
         def replica_fn(batch, index):
@@ -265,10 +305,13 @@ class Trainer:
         """(loss, gradients) of one distributed global batch at `step`, by the training
         step's path (global counts, noise rows, forward/backward, all-reduce) without the
         update: the loss summed over replicas (the global mean) and the all-reduced
-        gradients, dense, in `model.trainable_variables` order. For comparing strategies."""
+        gradients, dense, in the order of the step's variables (joint:
+        `model.trainable_variables`). For comparing strategies."""
+        stage = self.algorithm.stage(step)
+
         def replica_fn(batch, step):
-            grads, values = self._summed_gradients(batch, step)
-            loss = values["mlm_loss"] + self.config.model.disc_weight * values["rtd_loss"]
+            grads, values = self._summed_gradients(batch, step, stage)
+            loss = self.objective.total(values)
             return loss, [tf.convert_to_tensor(g) for g in grads]
 
         @tf.function
@@ -425,7 +468,9 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     masking = masking_config(config, vocab)
     eval_data = (distributed_dataset(strategy, eval_files, config, masking, training=False)
                  if eval_files else None)
-    shown = config.train.eval_predictions if eval_files and chief else 0
+    # The view shows replaced-token detection: objectives without it have none.
+    shown = (config.train.eval_predictions if eval_files and chief
+             and objectives.get(model_config.objective_name(config)).detects else 0)
     shown_batch = (predictions.first_batch(eval_files, shown, config.data.max_seq_length,
                                            masking, config.train.seed) if shown else None)
     if shown and shown_batch is None:
@@ -444,11 +489,13 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     if not chief:  # other workers must save too (collectives); they write aside
         checkpoint_dir = os.path.join(workdir, "tmp", f"worker_{distribute.worker_id(strategy)}")
     checkpoint = tf.train.Checkpoint(step=trainer.step, model=trainer.model,
-                                     optimizer=trainer.optimizer)
+                                     optimizer=trainer.optimizer,
+                                     **trainer.algorithm.checkpoint_items())
     manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir,
                                          max_to_keep=config.train.keep_checkpoints,
                                          step_counter=trainer.step)
     restored = _restore(trainer, checkpoint, os.path.join(workdir, "checkpoints"))
+    trainer.algorithm.check_restored(workdir)
     step = int(trainer.step.numpy())
     iterator = iter(distributed_dataset(strategy, train_files, config, masking,
                                         training=True, step=step))
@@ -486,15 +533,17 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                                        enabled=handler is None) as sigterm:
             while step < train.steps and not sigterm.received.is_set():
                 # Run to the next log/checkpoint/eval boundary, at most steps_per_loop.
-                boundary = min(_next_multiple(step, n) for n in (
+                # A loop never spans two stages of the algorithm (two_stage's switch).
+                boundary = min(min(_next_multiple(step, n) for n in (
                     train.log_every, train.checkpoint_every, train.eval_every,
-                    train.steps_per_loop))
+                    train.steps_per_loop)), trainer.algorithm.next_boundary(step))
                 profiling = not profiled and step > start_step
                 if profiling:  # every worker ends the loop there (they step together)
                     boundary = min(boundary, step + profile_steps)
                     profiled = True
                 with _profiled(profiling and chief, os.path.join(workdir, "logs", "train"),
                                trainer.step), _naming_damaged(train_files, "train_files"):
+                    trainer.start_loop(step)
                     trainer.train_loop(iterator,
                                        tf.constant(min(boundary, train.steps) - step))
                 step = int(trainer.step.numpy())
@@ -523,11 +572,12 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                         last_skipped = total
                     summaries.write_scalars(train_writer, values, step)
                     overall = (step - start_step) / max(now - start_time, 1e-9)
+                    fields = " ".join(f"{label} {values[name]:.{decimals}f}" for
+                                      label, name, decimals in trainer.objective.log_fields)
                     logging.info(
-                        "step %d/%d (%.1f%%) loss %.4f mlm %.4f rtd %.4f disc_auc %.3f | "
+                        "step %d/%d (%.1f%%) loss %.4f %s | "
                         "%.2f steps/s %.0f ex/s ETA %s%s", step, train.steps,
-                        100 * step / train.steps, values["loss"], values["mlm_loss"],
-                        values["rtd_loss"], values["disc_auc"], rate,
+                        100 * step / train.steps, values["loss"], fields, rate,
                         rate * trainer.global_batch,
                         progress.format_duration((train.steps - step) / max(overall, 1e-9)),
                         skipped)
@@ -618,9 +668,14 @@ def _first_line(message: str) -> str:
     return next((l.split("}}")[-1].strip() for l in lines if "}}" in l), lines[0] if lines else "")
 
 
+# (section, key, the value of a config.json written before the key existed)
+_RUN_IDENTITY = (("model", "objective", "electra"), ("train", "algorithm", "joint"),
+                 ("train", "two_stage_generator_steps", 0))
+
+
 def _check_same_run(config, workdir, vocab):
-    """A workdir holds one run: resuming it with another model, sequence length, batch
-    size, seed or vocab would not continue it (or fail deep in restore)."""
+    """A workdir holds one run: resuming it with another model, objective, sequence
+    length, batch size, seed or vocab would not continue it (or fail deep in restore)."""
     path = os.path.join(workdir, "config.json")
     if not tf.io.gfile.exists(path):
         return
@@ -636,6 +691,14 @@ def _check_same_run(config, workdir, vocab):
             + f", but the run in {workdir} was started with "
             + ", ".join(repr(old[k]) for k in changed)
             + f" ({path}): use another --workdir, or the same model shape to resume")
+    # What is trained: another objective has other variables and other losses.
+    for section, key, default in _RUN_IDENTITY:
+        before = saved.get(section, {}).get(key, default)
+        now = config[section].get(key, default)
+        if before != now:
+            raise errors.UserError(
+                f"config.{section}.{key}={now!r}, but the run in {workdir} was started with "
+                f"{before!r} ({path}): use another --workdir, or the same value to resume")
     # Once it has trained (a converted workdir is at step 0), also what the position in
     # the data stream depends on.
     latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))

@@ -1,0 +1,32 @@
+"""The pre-training objectives, chosen by name (`config.model.objective`).
+
+Each is one small module with the same interface (`base.Objective`): its forward pass,
+its loss, its metrics, its serving head and its FLOPs. "What does `electra_15` change" is
+answered in `electra_15.py`. Adding one is a new module and a row here.
+
+>>> get("mlm").uses_generator, get("electra_15").loss_names
+(False, ('mlm_loss', 'rtd_loss'))
+>>> get("bert")
+Traceback (most recent call last):
+...
+electra_tf.errors.UserError: config.model.objective='bert': choose one of electra, electra_15, mlm, replace_mlm, all_tokens_mlm
+"""
+
+from electra_tf import errors
+from electra_tf.model.objectives import all_tokens_mlm
+from electra_tf.model.objectives import base
+from electra_tf.model.objectives import electra
+from electra_tf.model.objectives import electra_15
+from electra_tf.model.objectives import mlm
+from electra_tf.model.objectives import replace_mlm
+
+OBJECTIVES = {cls.name: cls for cls in (electra.Electra, electra_15.Electra15, mlm.MLM,
+                                        replace_mlm.ReplaceMLM, all_tokens_mlm.AllTokensMLM)}
+
+
+def get(name: str, disc_weight: float = 50.0) -> base.Objective:
+    """The objective called `name`; a `UserError` naming the key otherwise."""
+    if name not in OBJECTIVES:
+        raise errors.UserError(f"config.model.objective={name!r}: choose one of "
+                               f"{', '.join(OBJECTIVES)}")
+    return OBJECTIVES[name](disc_weight)

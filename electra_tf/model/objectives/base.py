@@ -1,0 +1,116 @@
+"""What every pre-training objective is: its forward pass, its loss, its metrics, its
+serving head and its FLOPs, behind one interface (`Objective`).
+
+The pre-trainer (`model/pretrainer.py`) builds the layers an objective asks for
+(`uses_generator`, `make_head`) and hands its forward pass to `Objective.forward`; the
+train step (`training/loop.py`) calls `loss`, `compact` and, through
+`training/metrics.py`, `metric_inputs` and `detection`; export calls `serve`; `model/flops.py`
+calls `training_flops`. None of them names an objective.
+
+The pieces several objectives share are here: the generator's metrics and the serving
+output of a masked-LM head.
+"""
+
+import tensorflow as tf
+
+from electra_tf.model import flops
+
+
+class Objective:
+    """One pre-training objective. Subclasses set the class attributes and implement the
+    methods that raise `NotImplementedError`."""
+
+    name: str = ""
+    uses_generator: bool = True   # a generator samples replacements for masked positions
+    detects: bool = False         # the main head is the RTD head: precision/recall/AUC, the
+                                  # predictions view, conversion to the original's layout
+    loss_names: tuple = ()        # the scalar losses of `loss`'s values (checked finite)
+    names: tuple = ()             # every metric, in log/TensorBoard order
+    log_fields: tuple = ()        # (label, metric, decimals) of the log line after `loss`
+    vocab_logits: tuple = ()      # outputs of [B, P|S, V] logits: never leave the step
+
+    def __init__(self, disc_weight: float = 50.0):
+        self.disc_weight = disc_weight
+
+    # === Model ===
+    def make_head(self, model):
+        """The head on the main (discriminator-shaped) encoder of `model`."""
+        raise NotImplementedError
+
+    def forward(self, model, batch, uniform, training, dropout_seed, replica) -> dict:
+        """The outputs of one pass over `batch` (`model.generate` / `model.encode`)."""
+        raise NotImplementedError
+
+    # === Loss ===
+    def loss(self, outputs, batch, num_masked=None, num_tokens=None):
+        """(total loss, values): the scalars of `loss_names` and the per-token losses
+        `metric_inputs` reads. The normalizers default to this batch's counts."""
+        raise NotImplementedError
+
+    def total(self, values):
+        """The total loss from the scalar losses (tensors or floats)."""
+        raise NotImplementedError
+
+    def compact(self, outputs) -> dict:
+        """What the metrics read: vocabulary logits replaced by their argmax
+        (`mlm_logits` → `mlm_predictions`), never returned from the compiled step."""
+        small = {k: v for k, v in outputs.items() if k not in self.vocab_logits}
+        for key in self.vocab_logits:
+            small[key.replace("_logits", "_predictions")] = tf.argmax(
+                outputs[key], -1, output_type=tf.int32)
+        return small
+
+    # === Metrics ===
+    def metric_inputs(self, batch, outputs, values) -> dict:
+        """{metric: (values, weights)} of the token-weighted means, for one batch."""
+        raise NotImplementedError
+
+    def detection(self, batch, outputs):
+        """(labels, probability, weights) for precision/recall/AUC (`detects` only)."""
+        raise NotImplementedError
+
+    # === Serving, FLOPs ===
+    def serve(self, model, sequence, input_mask) -> dict:
+        """The head's serving outputs for the main encoder's `sequence` [B, S, H]."""
+        raise NotImplementedError
+
+    def training_flops(self, shape, seq_len: int, num_predictions: int,
+                       vocab_size: int) -> int:
+        """Forward + backward (3 × forward) FLOPs per sequence (`model/flops.py`)."""
+        raise NotImplementedError
+
+
+def agree(a, b):
+    return tf.cast(tf.equal(tf.cast(a, tf.int32), tf.cast(b, tf.int32)), tf.float32)
+
+
+def generator_metric_inputs(batch, outputs, values) -> dict:
+    """The generator's metrics: its MLM loss and accuracy, its samples' accuracy, and the
+    share of real tokens its samples changed."""
+    weights = tf.cast(batch["masked_lm_weights"], tf.float32)         # [B, P]
+    labels = batch["masked_lm_ids"]
+    return {
+        "mlm_loss": (values["mlm_token_losses"], weights),
+        "masked_lm_accuracy": (agree(outputs["mlm_predictions"], labels), weights),
+        "sampled_masked_lm_accuracy": (agree(outputs["sampled_ids"], labels), weights),
+        "replaced_fraction": (outputs["is_replaced"], tf.cast(batch["input_mask"],
+                                                              tf.float32)),
+    }
+
+
+def every_position(ids):
+    """[B, S] positions 0..S-1 of every row of `ids` [B, S] (an MLM head at all tokens)."""
+    return tf.broadcast_to(tf.range(tf.shape(ids)[1], dtype=tf.int32)[None], tf.shape(ids))
+
+
+def serve_lm(head, sequence, input_mask) -> dict:
+    """An MLM head's serving output: the most likely token at every position (fill-mask),
+    `predicted_ids` [B, S] int32 (0 at padding)."""
+    logits = head(sequence, mask_positions=every_position(input_mask))    # [B, S, V]
+    ids = tf.argmax(logits, -1, output_type=tf.int32)
+    return {"predicted_ids": ids * tf.cast(input_mask, tf.int32)}
+
+
+def generator_training_flops(shape, seq_len, num_predictions, vocab_size) -> int:
+    """The generator's share of a step: forward + backward."""
+    return 3 * flops.generator_flops(shape.generator, seq_len, num_predictions, vocab_size)

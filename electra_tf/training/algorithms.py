@@ -1,0 +1,171 @@
+"""Training algorithms, chosen by name (`config.train.algorithm`): which variables a step
+trains with which loss, stage by stage.
+
+    joint      every variable, by the objective's loss (the paper's ELECTRA)
+    two_stage  steps [0, N): the generator alone, by its MLM loss;
+               at step N the discriminator's encoder (and embeddings) take the
+               generator's weights; steps [N, steps): the discriminator alone, by
+               disc_weight · RTD, the generator frozen (the paper's Section 3.2
+               "two-stage" training: it did not help, GLUE −0.6 in their Figure 3)
+               N = config.train.two_stage_generator_steps
+
+The loop asks the algorithm for the stage of a step (a compiled loop never spans two
+stages: `next_boundary`), for the stage's variables and loss, and lets it act on the
+host before a loop (`begin`: the two-stage switch). Everything is a function of the step,
+so a run resumed anywhere, before, at or after the switch, repeats an uninterrupted one.
+The switch step is also in the checkpoint (`checkpoint_items`), checked at restore.
+
+>>> import ml_collections
+>>> from configs import electra
+>>> config = electra.get_config("tiny")
+>>> config.train.algorithm = "two_stage"
+>>> config.train.two_stage_generator_steps = 100
+>>> config.model.generator_hidden_fraction = 1.0
+>>> two_stage = get(config)
+>>> two_stage.stage(99), two_stage.stage(100), two_stage.next_boundary(40)
+('generator', 'discriminator', 100)
+>>> config.model.generator_hidden_fraction = 0.5
+>>> get(config)
+Traceback (most recent call last):
+...
+electra_tf.errors.UserError: config.train.algorithm='two_stage' initialises the discriminator from the generator, so their shapes must be equal: config.model.generator_hidden_size=32 (config.model.hidden_size=64), config.model.generator_num_heads=1 (config.model.num_heads=2), config.model.generator_intermediate_size=128 (config.model.intermediate_size=256); e.g. set config.model.generator_hidden_fraction=1.0
+"""
+
+import dataclasses
+
+import tensorflow as tf
+from absl import logging
+
+from electra_tf import errors
+from electra_tf import model_config
+from electra_tf.model import objectives
+
+
+class Joint:
+    """Every variable, by the objective's loss, at every step."""
+
+    name = "joint"
+
+    def __init__(self, config):
+        del config
+
+    def stage(self, step: int) -> str:
+        del step
+        return "joint"
+
+    def next_boundary(self, step: int) -> float:
+        """The next step at which the stage changes (a compiled loop ends there)."""
+        del step
+        return float("inf")
+
+    def variables(self, model, stage: str) -> list:
+        del stage
+        return model.trainable_variables
+
+    def loss(self, objective, loss, values, stage: str):
+        del objective, values, stage
+        return loss
+
+    def begin(self, model, step: int) -> None:
+        """On the host, before a loop that starts at `step`."""
+        del model, step
+
+    def checkpoint_items(self) -> dict:
+        return {}
+
+    def check_restored(self, workdir: str) -> None:
+        del workdir
+
+
+class TwoStage(Joint):
+    """The generator alone, then the discriminator alone from the generator's weights."""
+
+    name = "two_stage"
+
+    def __init__(self, config):
+        super().__init__(config)
+        steps = config.train.get("two_stage_generator_steps", 0)
+        # Not bounded by config.train.steps: a shorter run trains the generator only and
+        # the same command with more steps continues it across the switch.
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+            raise errors.UserError(
+                f"config.train.two_stage_generator_steps={steps!r}: give the steps the "
+                "generator trains alone before the discriminator (a whole number >= 1)")
+        objective = model_config.objective_name(config)
+        if not objectives.get(objective).detects:
+            raise errors.UserError(
+                f"config.model.objective={objective!r}: config.train.algorithm='two_stage' "
+                "trains ELECTRA's generator, then its discriminator: use electra or "
+                "electra_15")
+        shape = model_config.shape(config)
+        if shape.tie == "all":
+            raise errors.UserError(
+                "config.model.tie='all' makes the generator the discriminator's encoder: "
+                "config.train.algorithm='two_stage' freezes one while the other trains; use "
+                "tie=embeddings or none with a generator of the discriminator's shape")
+        if shape.generator != shape.discriminator:
+            g, d = shape.generator, shape.discriminator
+            differ = [f"config.model.generator_{f.name}={getattr(g, f.name)} (config.model."
+                      f"{f.name}={getattr(d, f.name)})" for f in dataclasses.fields(g)
+                      if getattr(g, f.name) != getattr(d, f.name)]
+            raise errors.UserError(
+                "config.train.algorithm='two_stage' initialises the discriminator from the "
+                "generator, so their shapes must be equal: " + ", ".join(differ)
+                + "; e.g. set config.model.generator_hidden_fraction=1.0")
+        self.switch = steps
+        # In the checkpoint: a resume with another switch step is refused at restore.
+        self.switch_step = tf.Variable(steps, dtype=tf.int64, trainable=False,
+                                       name="switch_step")
+
+    def stage(self, step):
+        return "generator" if step < self.switch else "discriminator"
+
+    def next_boundary(self, step):
+        return self.switch if step < self.switch else float("inf")
+
+    def variables(self, model, stage):
+        # Generator: its encoder (with its embeddings: the shared table under
+        # tie=embeddings) and MLM head. Discriminator: the embeddings, its encoder and
+        # RTD head. Only these are updated (no weight decay, no momentum elsewhere).
+        variables = (model.generator_variables() if stage == "generator" else
+                     model.discriminator_variables())
+        return [v for v in variables if v.trainable]
+
+    def loss(self, objective, loss, values, stage):
+        del loss
+        if stage == "generator":
+            return values["mlm_loss"]
+        return objective.disc_weight * values["rtd_loss"]
+
+    def begin(self, model, step):
+        if step != self.switch:
+            return
+        # The discriminator's encoder takes the generator's weights: the same layers in
+        # the same order (equal shapes); under tie=embeddings the table is already one.
+        for target, source in zip(model.discriminator.weights, model.generator.weights):
+            target.assign(source)
+        logging.info("two_stage: step %d: the discriminator starts from the generator's "
+                     "weights and trains alone from here; the generator is frozen", step)
+
+    def checkpoint_items(self):
+        return {"switch_step": self.switch_step}
+
+    def check_restored(self, workdir):
+        saved = int(self.switch_step.numpy())
+        if saved != self.switch:
+            raise errors.UserError(
+                f"config.train.two_stage_generator_steps={self.switch}, but the checkpoint "
+                f"in {workdir} switched at step {saved}: use another --workdir, or the same "
+                "value to resume")
+
+
+ALGORITHMS = {cls.name: cls for cls in (Joint, TwoStage)}
+
+
+def get(config):
+    """The algorithm of `config.train.algorithm` (joint when absent: older runs)."""
+    name = config.train.get("algorithm", "joint")
+    if name not in ALGORITHMS:
+        raise errors.UserError(f"config.train.algorithm={name!r}: choose one of "
+                               f"{', '.join(ALGORITHMS)}")
+    return ALGORITHMS[name](config)

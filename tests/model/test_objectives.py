@@ -1,0 +1,139 @@
+"""Each pre-training objective on a tiny model: what it builds, computes, counts and costs."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf.model import flops
+from electra_tf.model import objectives
+from electra_tf.model import pretrainer
+from electra_tf.model import sizes
+from electra_tf.training import metrics
+
+TINY = sizes.SIZES["tiny"]
+SHAPE = sizes.ModelShape(TINY, sizes.generator_size(TINY, 0.5))
+V, S, P = 30, 8, 3
+
+
+def batch():
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, V, (2, S)).astype("int32")
+    mask = np.ones((2, S), "int32")
+    mask[1, 6:] = 0
+    positions = np.array([[1, 3, 5], [2, 4, 0]], "int32")
+    weights = np.array([[1, 1, 1], [1, 1, 0]], "float32")
+    masked = ids.copy()
+    for row in range(2):
+        for p, w in zip(positions[row], weights[row]):
+            if w:
+                masked[row, p] = 4  # [MASK]
+    return {"input_ids": ids, "input_mask": mask, "segment_ids": np.zeros_like(ids),
+            "masked_input_ids": masked, "masked_lm_positions": positions,
+            "masked_lm_ids": np.take_along_axis(ids, positions, 1), "masked_lm_weights": weights}
+
+
+def build(name):
+    model = pretrainer.ElectraPretrainer(V, SHAPE, objective=name, dropout=0.0)
+    return model.build_for(S, P)
+
+
+@pytest.mark.parametrize("name", list(objectives.OBJECTIVES))
+def test_every_objective_runs_its_loss_and_metrics(name):
+    model = build(name)
+    objective = objectives.get(name)
+    b = batch()
+    outputs = model(b, uniform=np.full((2, P), 0.5, "float32"), training=False)
+    loss, values = objective.loss(outputs, b)
+    assert np.isfinite(float(loss))
+    assert float(loss) == pytest.approx(float(objective.total(values)))
+    m = metrics.PretrainingMetrics(objective=name)
+    m.update(b, objective.compact(outputs), values)
+    out = m.result()
+    assert list(out) == [n for n in objective.names if n != "grad_norm"]
+    assert out["loss"] == pytest.approx(float(loss), rel=1e-5)
+    assert not any(k in objective.compact(outputs) for k in objective.vocab_logits)
+
+
+def test_mlm_builds_no_generator_and_predicts_from_the_masked_input():
+    model = build("mlm")
+    assert model.generator is None and model.generator_head is None
+    assert not [v for v in model.weights if "generator" in v.path]
+    # Its MLM head projects with the model's own embedding table.
+    assert model.discriminator_head.token_embedding is model.embeddings.token_embedding
+    outputs = model(batch(), training=False)
+    assert set(outputs) == {"mlm_logits"} and outputs["mlm_logits"].shape == (2, P, V)
+    assert objectives.get("mlm").loss_names == ("mlm_loss",)
+
+
+def test_electra_15_counts_the_discriminator_only_at_masked_positions():
+    b = batch()
+    outputs = build("electra").call(b, uniform=np.full((2, P), 0.3, "float32"))
+    _, all_tokens = objectives.get("electra").loss(outputs, b)
+    _, masked = objectives.get("electra_15").loss(outputs, b)
+    assert masked["mlm_loss"] == all_tokens["mlm_loss"]  # same generator loss
+    per_token = all_tokens["rtd_token_losses"].numpy()  # [B, S]
+    expected = sum(per_token[r, p] * w for r in range(2) for p, w in
+                   zip(b["masked_lm_positions"][r], b["masked_lm_weights"][r])) / 5
+    assert float(masked["rtd_loss"]) == pytest.approx(expected, rel=1e-6)
+    # Changing the discriminator's logits away from masked positions changes nothing.
+    changed = dict(outputs, disc_logits=tf.tensor_scatter_nd_update(
+        outputs["disc_logits"], [[0, 0], [0, 7]], [9.0, -9.0]))
+    assert float(objectives.get("electra_15").loss(changed, b)[1]["rtd_loss"]) == \
+        pytest.approx(float(masked["rtd_loss"]))
+    assert float(objectives.get("electra").loss(changed, b)[1]["rtd_loss"]) != \
+        pytest.approx(float(all_tokens["rtd_loss"]))
+
+
+def test_replace_mlm_reads_samples_where_mlm_reads_mask():
+    model = build("replace_mlm")
+    b = batch()
+    outputs = model(b, uniform=np.full((2, P), 0.7, "float32"), training=False)
+    # The model's input at the masked positions is the generator's sample, not [MASK].
+    at = np.take_along_axis(outputs["corrupted_ids"].numpy(), b["masked_lm_positions"], 1)
+    np.testing.assert_array_equal(at[b["masked_lm_weights"] > 0],
+                                  outputs["sampled_ids"].numpy()[b["masked_lm_weights"] > 0])
+    assert outputs["lm_logits"].shape == (2, P, V)
+    assert model.discriminator_head is not model.generator_head
+
+
+def test_all_tokens_mlm_predicts_every_token():
+    model = build("all_tokens_mlm")
+    b = batch()
+    outputs = model(b, uniform=np.full((2, P), 0.7, "float32"), training=False)
+    assert outputs["lm_logits"].shape == (2, S, V)
+    _, values = objectives.get("all_tokens_mlm").loss(outputs, b)
+    per_token = values["lm_token_losses"].numpy()  # [B, S], labels: the original ids
+    assert float(values["lm_loss"]) == pytest.approx(
+        (per_token * b["input_mask"]).sum() / b["input_mask"].sum(), rel=1e-6)
+
+
+def test_gradients_reach_what_each_objective_trains():
+    b = batch()
+    for name in objectives.OBJECTIVES:
+        model = build(name)
+        objective = objectives.get(name)
+        with tf.GradientTape() as tape:
+            outputs = model(b, uniform=np.full((2, P), 0.5, "float32"), training=True)
+            loss, _ = objective.loss(outputs, b)
+        grads = tape.gradient(loss, model.trainable_variables)
+        unused = [v.path for g, v in zip(grads, model.trainable_variables) if g is None]
+        assert not unused, (name, unused)
+
+
+def test_flops_count_each_objectives_own_passes():
+    seq, predictions = 128, 19
+    cost = {name: flops.for_shape(SHAPE, seq, predictions, 1000, name)
+            for name in objectives.OBJECTIVES}
+    assert cost["electra"] == cost["electra_15"]  # the same passes; only the loss differs
+    assert cost["mlm"] < cost["electra"]          # no generator, an MLM head at P positions
+    encoder = 3 * flops.encoder_flops(TINY, seq)
+    assert cost["mlm"] == encoder + 3 * flops.mlm_head_flops(TINY, predictions, 1000)
+    head_gap = 3 * flops.mlm_head_flops(TINY, seq - predictions, 1000)
+    assert cost["all_tokens_mlm"] - cost["replace_mlm"] == head_gap  # every position
+    assert cost["replace_mlm"] == cost["mlm"] + 3 * flops.generator_flops(
+        SHAPE.generator, seq, predictions, 1000)
+
+
+def test_an_unknown_objective_names_the_key():
+    with pytest.raises(Exception, match=r"config.model.objective='bert': choose one of"):
+        build("bert")

@@ -1,0 +1,178 @@
+"""Every objective from the command line: trains, logs its own metrics, resumes exactly
+(after a stop, and after SIGKILL for `mlm`), exports the encoder and serves.
+(tests/model/test_objectives.py: each objective's forward, loss, metrics and FLOPs.)"""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+import ml_collections
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from configs import electra as electra_configs
+from electra_tf import errors
+from electra_tf.serving import export
+from electra_tf.text import tokenizer
+from electra_tf.training import loop
+from tests import helpers
+from tests import test_reliability as reliability
+from tests import test_train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN = ("--config.train.checkpoint_every=10", "--config.train.steps_per_loop=5",
+       "--config.train.log_every=10", "--config.train.eval_every=20",
+       "--config.train.eval_steps=2")
+# The metric each objective adds to TensorBoard (besides loss).
+OWN_METRIC = {"mlm": "masked_lm_accuracy", "electra_15": "disc_auc",
+              "replace_mlm": "lm_accuracy", "all_tokens_mlm": "lm_loss"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return helpers.write_training_data(tmp_path_factory.mktemp("objectives"))
+
+
+def _command(data, workdir, objective, *overrides, steps=20):
+    return helpers.train_command(data, workdir, *RUN, f"--config.model.objective={objective}",
+                                 *overrides, steps=steps)
+
+
+def _run(command):
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.slow  # four objectives × three training processes and an export each
+@pytest.mark.parametrize("objective", sorted(OWN_METRIC))
+def test_objective_trains_resumes_exactly_exports_and_serves(objective, data, tmp_path):
+    whole, halves = str(tmp_path / "whole"), str(tmp_path / "halves")
+    _run(_command(data, whole, objective))
+    _run(_command(data, halves, objective, steps=10))
+    assert "Resumed from" in _run(_command(data, halves, objective)).stderr
+    reliability._assert_same_checkpoint(  # pylint: disable=protected-access
+        tf.train.latest_checkpoint(os.path.join(halves, "checkpoints")),
+        tf.train.latest_checkpoint(os.path.join(whole, "checkpoints")))
+
+    assert json.load(open(os.path.join(whole, "config.json")))["model"]["objective"] == \
+        objective
+    for logs in ("train", "eval"):
+        metric = test_train._scalars(os.path.join(whole, "logs", logs), OWN_METRIC[objective])  # pylint: disable=protected-access
+        assert metric and all(np.isfinite(v) for _, v in metric), (logs, metric)
+    reader = tf.train.load_checkpoint(os.path.join(whole, "checkpoints", "ckpt-20"))
+    has_generator = any(n.startswith("model/generator") for n in reader.get_variable_to_shape_map())
+    assert has_generator == (objective != "mlm")
+
+    export_dir = str(tmp_path / "models" / "1")
+    _run([sys.executable, "tools/export_savedmodel.py", f"--workdir={whole}",
+          f"--output={export_dir}"])
+    served = helpers.session_run(export_dir, {
+        "text": ("serving_default", {"text": np.array(["the cat sat on the mat ."], object)}),
+        "encode": ("encode", {"text": np.array(["the cat sat ."], object)})},
+        str(tmp_path / "served"))
+    assert served["encode"]["sequence_output"].shape == (1, 32, 64)
+    if objective == "electra_15":
+        assert served["text"]["replaced_probability"].shape == (1, 32)
+    else:  # an MLM head: the token it predicts at each position
+        assert served["text"]["predicted_tokens"].shape == (1, 32)
+        assert served["text"]["predicted_tokens"][0, 1] != b""
+
+
+@pytest.mark.slow  # three training processes
+def test_mlm_resumes_exactly_after_sigkill(data, tmp_path):
+    steps = 40
+    overrides = ("--config.data.eval_files=", "--config.train.keep_checkpoints=2")
+    uninterrupted = str(tmp_path / "uninterrupted")
+    _run(_command(data, uninterrupted, "mlm", *overrides, steps=steps))
+    workdir = str(tmp_path / "run")
+    with open(tmp_path / "killed.log", "w") as log:
+        process = subprocess.Popen(_command(data, workdir, "mlm", *overrides, steps=steps),
+                                   cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        reliability._wait_for(lambda: reliability._checkpoint_steps(workdir), process)  # pylint: disable=protected-access
+        time.sleep(random.Random(os.getpid()).uniform(0.0, 1.0))
+        process.kill()
+        process.wait()
+    assert max(reliability._checkpoint_steps(workdir), default=0) < steps  # pylint: disable=protected-access
+    assert "Resumed from" in _run(_command(data, workdir, "mlm", *overrides,
+                                           steps=steps)).stderr
+    reliability._assert_same_checkpoint(  # pylint: disable=protected-access
+        tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")),
+        tf.train.latest_checkpoint(os.path.join(uninterrupted, "checkpoints")))
+
+
+def test_resuming_with_another_objective_is_refused(tmp_path):
+    vocab = helpers.write_vocab(str(tmp_path))
+    config = electra_configs.get_config("tiny")
+    config.data.vocab_file = vocab.path
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(config.to_dict(), f)
+    config.model.objective = "mlm"
+    with pytest.raises(errors.UserError, match=(
+            r"config.model.objective='mlm', but the run in .* was started with 'electra'")):
+        loop._check_same_run(config, str(tmp_path), tokenizer.Vocab.load(vocab.path))  # pylint: disable=protected-access
+    config.model.objective = "electra"
+    loop._check_same_run(ml_collections.ConfigDict(config), str(tmp_path),  # pylint: disable=protected-access
+                         tokenizer.Vocab.load(vocab.path))
+
+
+TWO_STAGE = ("--config.train.algorithm=two_stage", "--config.train.two_stage_generator_steps=8",
+             "--config.model.generator_hidden_fraction=1.0", "--config.model.tie=none")
+
+
+def _weights(workdir, checkpoint, part):
+    """{variable path: value} of the model's `part` (an attribute) at `checkpoint`."""
+    _, _, model, _ = export.load_run(workdir, checkpoint)
+    return {v.path: v.numpy() for v in getattr(model, part).weights}
+
+
+@pytest.mark.slow  # four training processes
+def test_two_stage_freezes_the_generator_and_resumes_exactly_across_the_switch(data,
+                                                                               tmp_path):
+    whole = str(tmp_path / "whole")
+    _run(_command(data, whole, "electra", *TWO_STAGE, "--config.data.eval_files=",
+                  "--config.train.keep_checkpoints=3"))
+    checkpoints = os.path.join(whole, "checkpoints")
+    at_10, at_20 = (os.path.join(checkpoints, f"ckpt-{n}") for n in (10, 20))
+    # After the switch (step 8) the generator is frozen; the discriminator trains.
+    for part in ("generator", "generator_head"):
+        g10, g20 = (_weights(whole, p, part) for p in (at_10, at_20))
+        for name, value in g10.items():
+            np.testing.assert_array_equal(value, g20[name], err_msg=name)
+    d10, d20 = (_weights(whole, p, "discriminator") for p in (at_10, at_20))
+    assert all(not np.array_equal(d10[n], d20[n]) for n in d10 if "kernel" in n)
+    assert tf.train.load_checkpoint(at_20).get_tensor(
+        "switch_step/.ATTRIBUTES/VARIABLE_VALUE") == 8
+
+    # 5 steps (the generator only), then the same command to 20 steps: across the switch.
+    halves = str(tmp_path / "halves")
+    _run(_command(data, halves, "electra", *TWO_STAGE, "--config.data.eval_files=",
+                  steps=5))
+    result = _run(_command(data, halves, "electra", *TWO_STAGE, "--config.data.eval_files="))
+    assert "Resumed from" in result.stderr and "two_stage: step 8" in result.stderr
+    reliability._assert_same_checkpoint(  # pylint: disable=protected-access
+        tf.train.latest_checkpoint(os.path.join(halves, "checkpoints")), at_20)
+
+    # SIGKILL once the first checkpoint (step 10, after the switch) exists.
+    killed = str(tmp_path / "killed")
+    with open(tmp_path / "killed.log", "w") as log:
+        process = subprocess.Popen(
+            _command(data, killed, "electra", *TWO_STAGE, "--config.data.eval_files=",
+                     steps=40), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        reliability._wait_for(lambda: reliability._checkpoint_steps(killed), process)  # pylint: disable=protected-access
+        time.sleep(random.Random(os.getpid()).uniform(0.0, 1.0))
+        process.kill()
+        process.wait()
+    assert max(reliability._checkpoint_steps(killed), default=0) < 40  # pylint: disable=protected-access
+    result = _run(_command(data, killed, "electra", *TWO_STAGE, "--config.data.eval_files=",
+                           steps=40))
+    assert "Resumed from" in result.stderr
+    longer = str(tmp_path / "longer")
+    _run(_command(data, longer, "electra", *TWO_STAGE, "--config.data.eval_files=", steps=40))
+    reliability._assert_same_checkpoint(  # pylint: disable=protected-access
+        tf.train.latest_checkpoint(os.path.join(killed, "checkpoints")),
+        tf.train.latest_checkpoint(os.path.join(longer, "checkpoints")))

@@ -1,0 +1,90 @@
+"""The training algorithms' stages, variables, switch and errors (end to end, with
+SIGKILL: tests/test_objectives_cli.py)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from configs import electra as electra_configs
+from electra_tf import errors
+from electra_tf import model_config
+from electra_tf.training import algorithms
+
+
+def two_stage_config(**model):
+    config = electra_configs.get_config("tiny")
+    config.train.algorithm = "two_stage"
+    config.train.two_stage_generator_steps = 3
+    config.model.generator_hidden_fraction = 1.0
+    config.model.update(model)
+    return config
+
+
+def test_joint_trains_every_variable_by_the_objectives_loss():
+    config = electra_configs.get_config("tiny")
+    joint = algorithms.get(config)
+    model = model_config.pretrainer(config, 30).build_for(8, 2)
+    assert joint.stage(0) == joint.stage(10**9) == "joint"
+    assert joint.variables(model, "joint") == model.trainable_variables
+    loss = tf.constant(3.0)
+    assert joint.loss(None, loss, {}, "joint") is loss
+    assert joint.checkpoint_items() == {}
+
+
+@pytest.mark.parametrize("tie", ["none", "embeddings"])
+def test_two_stage_trains_one_model_at_a_time_and_switches_by_copying(tie):
+    config = two_stage_config(tie=tie)
+    two_stage = algorithms.get(config)
+    model = model_config.pretrainer(config, 30).build_for(8, 2)
+    assert [two_stage.stage(s) for s in (0, 2, 3, 50)] == [
+        "generator", "generator", "discriminator", "discriminator"]
+    assert two_stage.next_boundary(1) == 3 and two_stage.next_boundary(3) == float("inf")
+    generator = {id(v) for v in two_stage.variables(model, "generator")}
+    discriminator = {id(v) for v in two_stage.variables(model, "discriminator")}
+    shared = {id(v) for v in model.embeddings.trainable_weights}
+    assert generator & discriminator == (shared if tie == "embeddings" else set())
+    assert {id(v) for v in model.generator_head.trainable_weights} <= generator
+    assert {id(v) for v in model.discriminator_head.trainable_weights} <= discriminator
+    values = {"mlm_loss": tf.constant(2.0), "rtd_loss": tf.constant(0.5)}
+    objective = model.objective
+    assert float(two_stage.loss(objective, None, values, "generator")) == 2.0
+    assert float(two_stage.loss(objective, None, values, "discriminator")) == 25.0
+
+    two_stage.begin(model, 2)  # not the switch: nothing happens
+    kernels = [(d, g) for d, g in zip(model.discriminator.weights, model.generator.weights)
+               if "kernel" in d.path]
+    assert all(not np.array_equal(d.numpy(), g.numpy()) for d, g in kernels)
+    two_stage.begin(model, 3)
+    for d, g in zip(model.discriminator.weights, model.generator.weights):
+        np.testing.assert_array_equal(d.numpy(), g.numpy())
+
+
+def test_two_stage_switch_step_in_the_checkpoint_is_checked():
+    two_stage = algorithms.get(two_stage_config())
+    two_stage.check_restored("run")
+    two_stage.switch_step.assign(5)  # what a checkpoint of another switch restores
+    with pytest.raises(errors.UserError, match=r"two_stage_generator_steps=3, but the "
+                       r"checkpoint in run switched at step 5"):
+        two_stage.check_restored("run")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"objective": "mlm"}, r"config.model.objective='mlm': config.train.algorithm="),
+    ({"tie": "all"}, r"config.model.tie='all' makes the generator"),
+    ({"generator_num_layers": 1}, r"config.model.generator_num_layers=1 "
+                                  r"\(config.model.num_layers=2\)"),
+])
+def test_two_stage_errors_name_the_keys(change, message):
+    with pytest.raises(errors.UserError, match=message):
+        algorithms.get(two_stage_config(**change))
+
+
+def test_bad_algorithm_or_switch_names_the_key():
+    config = two_stage_config()
+    config.train.two_stage_generator_steps = 0
+    with pytest.raises(errors.UserError, match=r"two_stage_generator_steps=0: give"):
+        algorithms.get(config)
+    config.train.algorithm = "alternating"
+    with pytest.raises(errors.UserError, match=r"config.train.algorithm='alternating': "
+                       "choose one of joint, two_stage"):
+        algorithms.get(config)
