@@ -277,20 +277,9 @@ def test_two_local_workers_fine_tune_as_one_worker_does(tmp_path):
     assert one.returncode == 0, one.stderr[-3000:]
 
     two = str(tmp_path / "two")
-    workers = [f"127.0.0.1:{td._free_port()}" for _ in range(2)]  # pylint: disable=protected-access
-    procs, logs = [], []
-    for index in range(2):
-        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        logs.append(str(tmp_path / f"worker_{index}.log"))
-        with open(logs[-1], "w") as out:
-            procs.append(subprocess.Popen(
-                command + [f"--workdir={two}", "--config.runtime.strategy=multi_worker"],
-                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                env=td._env(TF_CONFIG=json.dumps(tf_config))))  # pylint: disable=protected-access
-    td._wait_all(procs, logs, timeout=480)  # pylint: disable=protected-access
-    for proc, log in zip(procs, logs):
-        assert proc.returncode == 0, td._tail(log, 60)  # pylint: disable=protected-access
-        text = td._tail(log, 400)  # pylint: disable=protected-access
+    for text in helpers.run_local_workers(
+            command + [f"--workdir={two}", "--config.runtime.strategy=multi_worker"],
+            str(tmp_path)):
         assert "MultiWorkerMirroredStrategy: 2 replica(s)" in text
         assert text.count("eval validation at step ") == 3, text[-3000:]
         assert "eval validation at step 18 (20 rows): accuracy" in text  # none twice

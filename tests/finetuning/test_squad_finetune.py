@@ -232,11 +232,11 @@ def test_tiny_model_learns_squad_with_the_defaults_and_its_export_answers(pretra
     assert out["answer"].numpy()[0].decode("utf-8") == expected[0]
 
 
-@pytest.mark.slow  # two fine-tuning processes
-def test_squad_under_mirrored_gives_the_one_device_results(tmp_path):
-    """Mirrored over 2 logical CPUs: the same global batches of windows, every dev window
-    once (the last batch padded), the beam's outputs gathered in order: the same answers
-    and metrics as one device."""
+@pytest.mark.slow  # four fine-tuning processes, two of them one run
+def test_squad_under_mirrored_and_two_workers_gives_the_one_device_results(tmp_path):
+    """Mirrored over 2 logical CPUs, and two local workers: the same global batches of
+    windows, every dev window once (the last batch padded), the beam's outputs gathered
+    in order: the same answers and metrics as one device; only the chief writes."""
     from tests.training import test_distribute as td  # pylint: disable=g-import-not-at-top
     # Without dropout: the runs differ only in the order of sums.
     pretrained = tmp_path / "pretrained"
@@ -247,22 +247,31 @@ def test_squad_under_mirrored_gives_the_one_device_results(tmp_path):
                f"--config.data.dir={data}", f"--config.data.max_seq_length={SEQ}",
                f"--config.data.doc_stride={STRIDE}", f"--config.data.max_query_length={QUERY}"]
     runs = {"one": ["--config.runtime.strategy=one_device"],
-            "two": ["--config.runtime.strategy=mirrored", "--config.runtime.cpu_devices=2"]}
+            "mirrored": ["--config.runtime.strategy=mirrored", "--config.runtime.cpu_devices=2"]}
     for name, flags in runs.items():
         result = subprocess.run(command + [f"--workdir={tmp_path / name}"] + flags, cwd=ROOT,
                                 capture_output=True, text=True, timeout=600, env=td._env())  # pylint: disable=protected-access
         assert result.returncode == 0, result.stderr[-3000:]
         assert "best validation: exact=" in result.stdout and "HasAns_f1=" in result.stdout
     assert "MirroredStrategy: 2 replica(s)" in result.stderr
-    one, two = (json.load(open(tmp_path / name / "results.json")) for name in runs)
-    assert [e["step"] for e in one["evaluations"]] == [e["step"] for e in two["evaluations"]]
-    for a, b in zip(one["evaluations"], two["evaluations"]):
-        assert b["metrics"]["validation"] == pytest.approx(a["metrics"]["validation"],
-                                                           rel=1e-3, abs=1e-6), (a, b)
-    for name in ("predictions.json", "null_odds.json"):
-        a, b = (json.load(open(tmp_path / run / name)) for run in runs)
-        assert a.keys() == b.keys() and len(a) == 30
-        if name == "predictions.json":
-            assert a == b
-        else:
-            np.testing.assert_allclose([b[k] for k in a], list(a.values()), atol=1e-4)
+    for text in helpers.run_local_workers(
+            command + [f"--workdir={tmp_path / 'workers'}",
+                       "--config.runtime.strategy=multi_worker"], str(tmp_path)):
+        assert "MultiWorkerMirroredStrategy: 2 replica(s)" in text
+    assert not os.path.exists(tmp_path / "workers" / "tmp")  # the other worker's, removed
+
+    one = json.load(open(tmp_path / "one" / "results.json"))
+    for name in ("mirrored", "workers"):
+        other = json.load(open(tmp_path / name / "results.json"))
+        assert [e["step"] for e in other["evaluations"]] == [
+            e["step"] for e in one["evaluations"]]
+        for a, b in zip(one["evaluations"], other["evaluations"]):
+            assert b["metrics"]["validation"] == pytest.approx(
+                a["metrics"]["validation"], rel=1e-3, abs=1e-6), (name, a, b)
+        for file in ("predictions.json", "null_odds.json"):
+            a, b = (json.load(open(tmp_path / run / file)) for run in ("one", name))
+            assert a.keys() == b.keys() and len(a) == 30
+            if file == "predictions.json":
+                assert a == b, name
+            else:
+                np.testing.assert_allclose([b[k] for k in a], list(a.values()), atol=1e-4)
