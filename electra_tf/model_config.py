@@ -10,7 +10,7 @@
                    generator_num_heads     (0: one per 64 units; the discriminator's at its width)
                    generator_intermediate_size (0: 4 × its hidden; the discriminator's at its width)
                    generator_embedding_size (tie=none only; 0: its hidden size, as the original)
-    sharing        tie = none|embeddings|all (`sizes.TIES`); `tie_embeddings=False` is the
+    sharing        tie = none|embeddings|all|gdes (`sizes.TIES`); `tie_embeddings=False` is the
                    older spelling of tie=none
 
 A run's config.json holds the resolved shape (`resolve`), so everything downstream
@@ -111,12 +111,12 @@ def _generator(model, discriminator: sizes.EncoderSize, tie: str,
         raise errors.UserError(f"{what} is not a multiple of the generator's {heads} "
                                "attention heads (one per 64 units unless set): choose a "
                                "multiple, or set config.model.generator_num_heads")
-    if tie == "embeddings":
+    if tie in ("embeddings", "gdes"):
         embedding = given.get("embedding_size", discriminator.embedding_size)
         if embedding != discriminator.embedding_size:
             raise errors.UserError(
                 f"config.model.generator_embedding_size={embedding}: config.model.tie="
-                "'embeddings' shares the discriminator's embeddings, of "
+                f"{tie!r} shares the discriminator's embeddings, of "
                 f"embedding_size={discriminator.embedding_size}; use tie='none' for its own")
     else:  # none: its own embeddings, at its own width (a pre-`tie` run: the shared width)
         embedding = given.get("embedding_size",

@@ -30,6 +30,9 @@ RUN = ("--config.train.checkpoint_every=10", "--config.train.steps_per_loop=5",
 # The metric each objective adds to TensorBoard (besides loss).
 OWN_METRIC = {"mlm": "masked_lm_accuracy", "electra_15": "disc_auc",
               "replace_mlm": "lm_accuracy", "all_tokens_mlm": "lm_loss"}
+# case: (objective, overrides); tie=gdes rides along (electra with its embeddings).
+CASES = {**{name: (name, ()) for name in OWN_METRIC},
+         "electra_gdes": ("electra", ("--config.model.tie=gdes",))}
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +51,14 @@ def _run(command):
     return result
 
 
-@pytest.mark.slow  # four objectives × three training processes and an export each
-@pytest.mark.parametrize("objective", sorted(OWN_METRIC))
-def test_objective_trains_resumes_exactly_exports_and_serves(objective, data, tmp_path):
+@pytest.mark.slow  # five cases × three training processes and an export each
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_objective_trains_resumes_exactly_exports_and_serves(case, data, tmp_path):
+    objective, overrides = CASES[case]
     whole, halves = str(tmp_path / "whole"), str(tmp_path / "halves")
-    _run(_command(data, whole, objective))
-    _run(_command(data, halves, objective, steps=10))
-    assert "Resumed from" in _run(_command(data, halves, objective)).stderr
+    _run(_command(data, whole, objective, *overrides))
+    _run(_command(data, halves, objective, *overrides, steps=10))
+    assert "Resumed from" in _run(_command(data, halves, objective, *overrides)).stderr
     reliability._assert_same_checkpoint(  # pylint: disable=protected-access
         tf.train.latest_checkpoint(os.path.join(halves, "checkpoints")),
         tf.train.latest_checkpoint(os.path.join(whole, "checkpoints")))
@@ -62,7 +66,8 @@ def test_objective_trains_resumes_exactly_exports_and_serves(objective, data, tm
     assert json.load(open(os.path.join(whole, "config.json")))["model"]["objective"] == \
         objective
     for logs in ("train", "eval"):
-        metric = test_train._scalars(os.path.join(whole, "logs", logs), OWN_METRIC[objective])  # pylint: disable=protected-access
+        metric = test_train._scalars(os.path.join(whole, "logs", logs),
+                                     OWN_METRIC.get(objective, "disc_auc"))  # pylint: disable=protected-access
         assert metric and all(np.isfinite(v) for _, v in metric), (logs, metric)
     reader = tf.train.load_checkpoint(os.path.join(whole, "checkpoints", "ckpt-20"))
     has_generator = any(n.startswith("model/generator") for n in reader.get_variable_to_shape_map())
@@ -76,7 +81,7 @@ def test_objective_trains_resumes_exactly_exports_and_serves(objective, data, tm
         "encode": ("encode", {"text": np.array(["the cat sat ."], object)})},
         str(tmp_path / "served"))
     assert served["encode"]["sequence_output"].shape == (1, 32, 64)
-    if objective == "electra_15":
+    if objective in ("electra", "electra_15"):
         assert served["text"]["replaced_probability"].shape == (1, 32)
     else:  # an MLM head: the token it predicts at each position
         assert served["text"]["predicted_tokens"].shape == (1, 32)

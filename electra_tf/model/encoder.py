@@ -21,6 +21,7 @@ TensorShape([1, 4, 16])
 
 import keras
 import keras_hub
+import tensorflow as tf
 
 from electra_tf.model import dropout as dropout_lib
 from electra_tf.model import remat
@@ -81,7 +82,10 @@ class Embeddings(keras.layers.Layer):
 
     # === Forward ===
     def call(self, token_ids, segment_ids, training=None):
-        tokens = self.token_embedding(token_ids)                  # [B, S, E]
+        return self.combine(self.token_embedding(token_ids), segment_ids, training)
+
+    def combine(self, tokens, segment_ids, training=None):
+        """Token vectors `[B, S, E]` + positions + segments → LayerNorm → dropout."""
         x = tokens + self.position_embedding(tokens) + self.segment_embedding(segment_ids)
         return self.dropout_layer(self.layer_norm(x), training=training)
 
@@ -97,6 +101,44 @@ class Embeddings(keras.layers.Layer):
             "layer_norm_epsilon": self.layer_norm_epsilon,
         })
         return config
+
+
+class DisentangledEmbeddings(keras.layers.Layer):
+    """DeBERTaV3's gradient-disentangled embedding sharing (tie='gdes'): the
+    discriminator's token vectors are stop_gradient(shared table) + its own delta table
+    (zero at the start), so the RTD loss trains only the delta and the generator's MLM
+    loss alone trains the shared table. Positions, segments and the LayerNorm are the
+    shared layer's (as under tie='embeddings').
+
+    The shared table enters as `stop_gradient(t) + 0 · t`: the same values, and a zero
+    gradient rather than none, so fine-tuning's all-reduce and optimizer see one for every
+    trainable variable (there the delta alone moves the summed table).
+    """
+
+    def __init__(self, shared: Embeddings, **kwargs):
+        super().__init__(**kwargs)
+        self.shared = shared
+        self.embedding_size = shared.embedding_size
+        # === Layers ===
+        self.delta = keras.layers.Embedding(
+            shared.vocabulary_size, shared.embedding_size, embeddings_initializer="zeros",
+            dtype=self.dtype_policy, name="token_embedding_delta")
+
+    def build(self, input_shape):
+        if not self.shared.built:
+            self.shared.build(input_shape)
+        self.delta.build(input_shape)
+        self.built = True
+
+    # === Forward ===
+    def call(self, token_ids, segment_ids, training=None):
+        shared = self.shared.token_embedding(token_ids)           # [B, S, E]
+        tokens = tf.stop_gradient(shared) + 0.0 * shared + self.delta(token_ids)
+        return self.shared.combine(tokens, segment_ids, training)
+
+    def token_table(self):
+        """The discriminator's token table, shared + delta: `[V, E]` (export, conversion)."""
+        return self.shared.token_embedding.embeddings + self.delta.embeddings
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")

@@ -9,8 +9,9 @@
 
 What the generator shares with the discriminator is `shape.tie` (`sizes.TIES`): one
 `Embeddings` object (`embeddings`, the default), also the whole encoder (`all`: the
-generator IS the discriminator's encoder), or nothing (`none`: its own embeddings at its
-own width). The MLM head projects with the generator's token matrix. After pre-training
+generator IS the discriminator's encoder), nothing (`none`: its own embeddings at its
+own width), or the embeddings through a stop-gradient plus the discriminator's own
+delta (`gdes`, `encoder.DisentangledEmbeddings`). The MLM head projects with the generator's token matrix. After pre-training
 the discriminator (`embeddings` + `discriminator`) is the product; the generator is dropped.
 
 That is the `electra` objective. `objective` (`model/objectives/`) chooses the forward
@@ -85,7 +86,14 @@ class ElectraPretrainer(keras.Model):
         # Attributes in this order: Keras lists the variables (and the optimizer keeps its
         # slots) in the order they are set, so checkpoints of every version restore alike.
         self.embeddings = make_embeddings(shape.discriminator, "embeddings")
-        discriminator = make_encoder(self.embeddings, shape.discriminator, "discriminator")
+        # gdes: the generator reads `embeddings`; the discriminator a stop-gradient of its
+        # token table plus a delta of its own.
+        discriminator_embeddings = (
+            encoder.DisentangledEmbeddings(self.embeddings, dtype=self.dtype_policy,
+                                           name="discriminator_embeddings")
+            if shape.tie == "gdes" else self.embeddings)
+        discriminator = make_encoder(discriminator_embeddings, shape.discriminator,
+                                     "discriminator")
         if not self.objective.uses_generator:
             self.generator = self.generator_head = None
         else:
@@ -93,8 +101,8 @@ class ElectraPretrainer(keras.Model):
                 self.generator = discriminator
             else:
                 generator_embeddings = (
-                    self.embeddings if shape.tie == "embeddings" else
-                    make_embeddings(shape.generator, "generator_embeddings"))
+                    make_embeddings(shape.generator, "generator_embeddings")
+                    if shape.tie == "none" else self.embeddings)
                 self.generator = make_encoder(generator_embeddings, shape.generator,
                                               "generator")
             self.generator_head = heads.masked_lm_head(self.generator.embeddings,
@@ -184,7 +192,8 @@ class ElectraPretrainer(keras.Model):
 
     def discriminator_variables(self):
         """The variables of the product: embeddings, discriminator encoder and head."""
-        return _unique_weights(self.embeddings, self.discriminator, self.discriminator_head)
+        return _unique_weights(self.discriminator.embeddings, self.discriminator,
+                               self.discriminator_head)
 
     def generator_variables(self):
         """The generator's: its encoder (with its embeddings, shared or not) and MLM head."""

@@ -41,7 +41,11 @@ class EncoderSize:
 #   embeddings: one token/position/segment embedding table for both (the paper's choice)
 #   all:        every encoder weight shared: the generator IS the discriminator's
 #               encoder (same shape required); only the heads differ
-TIES = ("none", "embeddings", "all")
+#   gdes:       DeBERTaV3's gradient-disentangled sharing: the generator's embeddings
+#               are shared; the discriminator reads the token table through a stop-
+#               gradient plus its own zero-initialised delta, trained by RTD alone
+#               (`encoder.DisentangledEmbeddings`)
+TIES = ("none", "embeddings", "all", "gdes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,9 +77,9 @@ class ModelShape:
             raise ValueError("tie='all' shares every encoder weight: the generator must have "
                              f"the discriminator's shape. Received: {self.generator} and "
                              f"{self.discriminator}")
-        if (self.tie == "embeddings"
+        if (self.tie in ("embeddings", "gdes")
                 and self.generator.embedding_size != self.discriminator.embedding_size):
-            raise ValueError("tie='embeddings' shares the embedding table: the generator's "
+            raise ValueError(f"tie={self.tie!r} shares the embedding table: the generator's "
                              "embedding_size must be the discriminator's. Received: "
                              f"{self.generator.embedding_size} and "
                              f"{self.discriminator.embedding_size}")

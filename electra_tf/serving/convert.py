@@ -192,7 +192,7 @@ def pretrainer_slots(model: pretrainer.ElectraPretrainer,
     if not generator:
         return slots
     tie = model.shape.tie
-    if tie == "none":
+    if tie in ("none", "gdes"):  # gdes: the generator's are the shared ones
         slots += _ours_embedding_slots("generator/embeddings", model.generator.embeddings)
     if tie != "all":  # under 'all' the generator's encoder is the discriminator's
         slots += _encoder_slots("generator", model.generator)
@@ -632,7 +632,15 @@ def read_electra_tf(path: str, num_heads: int | None = None,
     spec = ModelSpec(vocab.size, model.shape,
                      has_generator=not _fresh_generator(workdir, checkpoint))
     slots = pretrainer_slots(model, generator=spec.has_generator)
-    return Weights(spec, {slot.name: slot.get() for slot in slots}, checkpoint, vocab.path,
+    tensors = {slot.name: slot.get() for slot in slots}
+    if model.shape.tie == "gdes":
+        # No format has a delta table: the discriminator's word embeddings are the sum
+        # it reads (shared + delta) and the generator keeps the shared ones, i.e. the
+        # layout of tie=none (at the shared width).
+        tensors["electra/embeddings/word_embeddings"] = np.asarray(
+            model.discriminator.embeddings.token_table(), "float32")
+        spec = dataclasses.replace(spec, shape=dataclasses.replace(model.shape, tie="none"))
+    return Weights(spec, tensors, checkpoint, vocab.path,
                    lower_case=export.lower_case_of(config, default=None))
 
 

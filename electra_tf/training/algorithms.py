@@ -98,11 +98,12 @@ class TwoStage(Joint):
                 "trains ELECTRA's generator, then its discriminator: use electra or "
                 "electra_15")
         shape = model_config.shape(config)
-        if shape.tie == "all":
+        if shape.tie not in ("none", "embeddings"):
             raise errors.UserError(
-                "config.model.tie='all' makes the generator the discriminator's encoder: "
-                "config.train.algorithm='two_stage' freezes one while the other trains; use "
-                "tie=embeddings or none with a generator of the discriminator's shape")
+                f"config.model.tie={shape.tie!r}: config.train.algorithm='two_stage' copies "
+                "the generator's encoder into the discriminator's and freezes it (tie=all "
+                "makes them one encoder, gdes gives them different embeddings); use "
+                "tie=embeddings or none")
         if shape.generator != shape.discriminator:
             g, d = shape.generator, shape.discriminator
             differ = [f"config.model.generator_{f.name}={getattr(g, f.name)} (config.model."

@@ -12,7 +12,7 @@ from electra_tf.training import metrics
 
 TINY = sizes.SIZES["tiny"]
 SHAPE = sizes.ModelShape(TINY, sizes.generator_size(TINY, 0.5))
-V, S, P = 30, 8, 3
+V, S, P = 32, 8, 3  # V: the test vocab (helpers.write_vocab)
 
 
 def batch():

@@ -70,7 +70,8 @@ def test_two_stage_switch_step_in_the_checkpoint_is_checked():
 
 @pytest.mark.parametrize("change, message", [
     ({"objective": "mlm"}, r"config.model.objective='mlm': config.train.algorithm="),
-    ({"tie": "all"}, r"config.model.tie='all' makes the generator"),
+    ({"tie": "all"}, r"config.model.tie='all': config.train.algorithm='two_stage' copies"),
+    ({"tie": "gdes"}, r"config.model.tie='gdes': config.train.algorithm='two_stage'"),
     ({"generator_num_layers": 1}, r"config.model.generator_num_layers=1 "
                                   r"\(config.model.num_layers=2\)"),
 ])
