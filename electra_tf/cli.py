@@ -16,6 +16,12 @@ import sys
 # TF's C++ start-up chatter (no CUDA here, oneDNN notes) hides the tool's own output.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from electra_tf.training import memory  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+# Two malloc arenas instead of up to 8 per core: less freed memory kept apart, at the same
+# speed (BENCHMARKS.md, "Memory"); before TF starts its threads.
+memory.limit_arenas(2)
+
 import importlib.util  # pylint: disable=g-import-not-at-top,wrong-import-position
 import logging  # pylint: disable=g-import-not-at-top,wrong-import-position
 

@@ -72,6 +72,7 @@ from electra_tf.data import writer
 from electra_tf.text import corpus
 from electra_tf.text import tokenizer as tokenizer_lib
 from electra_tf.text import vocab as vocab_lib
+from electra_tf.training import memory as memory_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROFILE_STEPS = 3  # a trace of a few steps is enough, and stays small
@@ -368,11 +369,15 @@ def _real_data(config):
 
 
 def _timed_loop(trainer, iterator, num_steps: int) -> float:
-    """Seconds for one `train_loop` call of `num_steps` steps."""
+    """Seconds for one `train_loop` call of `num_steps` steps. After it, untimed, the
+    allocator's free memory goes back to the OS, as the training loop does after each
+    loop (training/memory.py)."""
     start = time.perf_counter()
     trainer.train_loop(iterator, tf.constant(num_steps))
     int(trainer.step.numpy())  # waits for the loop
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    memory_lib.release()
+    return seconds
 
 
 def _time_steps(trainer, iterators: dict, steps: int, per_loop: int) -> dict:

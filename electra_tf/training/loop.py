@@ -47,6 +47,7 @@ from electra_tf.model import remat
 from electra_tf.text import tokenizer
 from electra_tf.training import algorithms
 from electra_tf.training import distribute
+from electra_tf.training import memory
 from electra_tf.training import metrics as metrics_lib
 from electra_tf.training import optimizer as optimizer_lib
 from electra_tf.training import predictions
@@ -547,6 +548,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                     trainer.train_loop(iterator,
                                        tf.constant(min(boundary, train.steps) - step))
                 step = int(trainer.step.numpy())
+                memory.release()  # what compilation and the steps freed, back to the OS
                 _raise_if_nonfinite(trainer, manager)
                 if handler is not None:  # saves and raises Preempted if a worker got SIGTERM
                     handler.save_checkpoint_if_preempted(checkpoint_number=step)
@@ -593,6 +595,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                                               or step == train.steps):
                     with _naming_damaged(eval_files, "eval_files"):
                         results = trainer.evaluate(eval_data, train.eval_steps)
+                    memory.release()
                     summaries.write_scalars(eval_writer, results, step)
                     logging.info("eval at step %d: %s", step,
                                  " ".join(f"{k} {v:.4f}" for k, v in results.items()))
