@@ -16,6 +16,8 @@ import tensorflow as tf
 
 from configs import electra as electra_configs
 from electra_tf import errors
+from electra_tf import model_config
+from electra_tf.serving import convert
 from electra_tf.serving import export
 from electra_tf.text import tokenizer
 from electra_tf.training import loop
@@ -66,11 +68,12 @@ def test_objective_trains_resumes_exactly_exports_and_serves(case, data, tmp_pat
     assert json.load(open(os.path.join(whole, "config.json")))["model"]["objective"] == \
         objective
     for logs in ("train", "eval"):
-        metric = test_train._scalars(os.path.join(whole, "logs", logs),
-                                     OWN_METRIC.get(objective, "disc_auc"))  # pylint: disable=protected-access
+        metric = test_train._scalars(  # pylint: disable=protected-access
+            os.path.join(whole, "logs", logs), OWN_METRIC.get(objective, "disc_auc"))
         assert metric and all(np.isfinite(v) for _, v in metric), (logs, metric)
     reader = tf.train.load_checkpoint(os.path.join(whole, "checkpoints", "ckpt-20"))
-    has_generator = any(n.startswith("model/generator") for n in reader.get_variable_to_shape_map())
+    has_generator = any(n.startswith("model/generator")
+                        for n in reader.get_variable_to_shape_map())
     assert has_generator == (objective != "mlm")
 
     export_dir = str(tmp_path / "models" / "1")
@@ -181,3 +184,20 @@ def test_two_stage_freezes_the_generator_and_resumes_exactly_across_the_switch(d
     reliability._assert_same_checkpoint(  # pylint: disable=protected-access
         tf.train.latest_checkpoint(os.path.join(killed, "checkpoints")),
         tf.train.latest_checkpoint(os.path.join(longer, "checkpoints")))
+
+
+def test_conversion_takes_electra_runs_only(tmp_path):
+    """An MLM objective's run has no replaced-token head for ELECTRA's layouts."""
+    vocab = helpers.write_vocab(str(tmp_path))
+    config = electra_configs.get_config("tiny")
+    config.model.objective = "mlm"
+    config.data.max_seq_length = 16
+    model = model_config.pretrainer(model_config.resolve(config), vocab.size)
+    checkpoint = tf.train.Checkpoint(step=tf.Variable(1, dtype=tf.int64),
+                                     model=model.build_for(16, 3))
+    checkpoint.save(str(tmp_path / "checkpoints" / "ckpt"))
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(model_config.resolve(config).to_dict(), f)
+    with pytest.raises(errors.UserError, match=r"config.model.objective='mlm' has no "
+                       "replaced-token head"):
+        convert.read_electra_tf(str(tmp_path))

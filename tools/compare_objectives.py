@@ -166,7 +166,8 @@ def table(rows, metric, wall) -> str:
     def fmt(value, spec):
         return "–" if value is None else format(value, spec)
     lines = ["| objective | steps | training FLOPs | held-out loss (own) | held-out "
-             f"masked_lm_accuracy | held-out disc_auc | fine-tuned {metric} | pre-training s |",
+             "masked_lm_accuracy | held-out disc_auc | "
+             f"fine-tuned {metric} | pre-training s |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         last = r["eval"][-1][1] if r["eval"] else {}
