@@ -19,7 +19,6 @@ from electra_tf.serving import export
 class GlueTask(task_lib.Task):
     """A GLUE task (`glue.TaskSpec`); the original's classification head and metrics."""
 
-    family = "glue"
     signatures = ("serving_default", "serving_ids")
 
     def __init__(self, spec: glue.TaskSpec, config=None):

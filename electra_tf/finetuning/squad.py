@@ -9,18 +9,24 @@
        gives the start its most context, at most `max_answer_length` tokens), the best
        across windows, its text from the context's characters; 2.0's no-answer score
 
-Bad input is one line naming the file and the question id: JSON that is not SQuAD's, an
-answer that is not the context's text at its `answer_start` (with `on_bad="skip"`
-skipped and counted in `Questions.skipped`).
+Bad input is one line naming the file and the question id: JSON that is not SQuAD's, or
+(training split only, as the original's `_add_examples`) a first answer that cannot be
+found near its `answer_start` (`locate`: exact, else the same text a few characters
+away, else a whitespace/case-insensitive match; with `on_bad="skip"` skipped and counted
+in `Questions.skipped`). Dev questions are never dropped for their offsets: the metrics
+score answer texts only, and every question counts, as in the official scripts.
 
 >>> q = Question("q1", "Where?", "It is in Paris, France.", ["Paris"], [9])
 >>> q.answer_chars()
 (9, 14)
+>>> Question("q2", "Where?", "It is in Paris, France.", ["paris,  france"], [7]).answer_chars()
+(9, 22)
 """
 
 import dataclasses
 import json
 import os
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -50,9 +56,38 @@ class Question:
     def is_impossible(self) -> bool:
         return not self.answers
 
-    def answer_chars(self) -> tuple[int, int]:
-        """[start, end) characters of the first answer (the one training uses)."""
-        return self.answer_starts[0], self.answer_starts[0] + len(self.answers[0])
+    def answer_chars(self) -> tuple[int, int] | None:
+        """[start, end) characters of the first answer (the one training uses), found by
+        `locate`; None when it is not in the context."""
+        return locate(self.context, self.answers[0], self.answer_starts[0])
+
+
+# How far from its answer_start an answer's text may be and still be found as its own.
+_SLACK = 8
+
+
+def locate(context: str, text: str, start: int) -> tuple[int, int] | None:
+    """[start, end) of `text` in `context` near character `start`: there exactly, else the
+    nearest exact occurrence starting within `_SLACK` characters of it, else the nearest
+    such match ignoring case and the whitespace between words; None if there is none (the original
+    ELECTRA skips such a training answer: "Could not find answer")."""
+    if 0 <= start and context[start:start + len(text)] == text and text:
+        return start, start + len(text)
+    low = max(0, start - _SLACK)
+    near = [m.start() + low for m in re.finditer(
+        f"(?={re.escape(text)})", context[low:max(0, start) + len(text) + _SLACK])] if text else []
+    if near:
+        best = min(near, key=lambda c: abs(c - start))
+        return best, best + len(text)
+    words = text.split()
+    if not words:
+        return None
+    pattern = re.compile(r"\s+".join(map(re.escape, words)), re.IGNORECASE)
+    matches = [m for m in pattern.finditer(context) if abs(m.start() - start) <= _SLACK]
+    if not matches:
+        return None
+    best = min(matches, key=lambda m: abs(m.start() - start))
+    return best.start(), best.end()
 
 
 @dataclasses.dataclass
@@ -66,27 +101,29 @@ class Questions:
         return len(self.items)
 
 
-def _check(question: Question) -> str | None:
-    """The problem with a question's answers, or None."""
-    for text, start in zip(question.answers, question.answer_starts):
-        if question.context[start:start + len(text)] != text:
-            found = question.context[start:start + len(text)]
-            return (f"answer {text[:40]!r} is not the context's text at answer_start={start} "
-                    f"(found {found[:40]!r})")
+def _check(question: Question, train: bool) -> str | None:
+    """The problem with a question, or None. Only training's first answer must be in the
+    context (it is the target); the others, and dev answers, are scored as texts."""
+    if train and not question.is_impossible and question.answer_chars() is None:
+        text, start = question.answers[0], question.answer_starts[0]
+        found = question.context[max(0, start):max(0, start) + len(text)]
+        return (f"answer {text[:40]!r} is not in the context near answer_start={start} "
+                f"(found {found[:40]!r})")
     if not question.question.strip():
         return "empty question"
     return None
 
 
 class _Collector:
-    def __init__(self, source: str, on_bad: str):
+    def __init__(self, source: str, on_bad: str, train: bool):
         if on_bad not in ("error", "skip"):
             raise SquadDataError(f"on_bad must be 'error' or 'skip'; got {on_bad!r}")
         self.questions = Questions([], source)
         self.on_bad = on_bad
+        self.train = train
 
     def add(self, question: Question, where: str):
-        problem = _check(question)
+        problem = _check(question, self.train)
         if problem is None:
             self.questions.items.append(question)
         elif self.on_bad == "error":
@@ -103,8 +140,9 @@ class _Collector:
         return self.questions
 
 
-def read_json(path: str, on_bad: str = "error") -> Questions:
-    """The questions of one of SQuAD's JSON files (v1.1 or v2.0)."""
+def read_json(path: str, on_bad: str = "error", train: bool = True) -> Questions:
+    """The questions of one of SQuAD's JSON files (v1.1 or v2.0); `train`: a training
+    split (its first answers must be found in the context, see `locate`)."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -118,14 +156,23 @@ def read_json(path: str, on_bad: str = "error") -> Questions:
         raise SquadDataError(f"{path}:{e.lineno}:{e.colno}: not JSON ({e.msg})") from None
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise SquadDataError(f"{path}: not a SQuAD file (no top-level \"data\" list)")
-    collector = _Collector(path, on_bad)
+    collector = _Collector(path, on_bad, train)
+
+    def items(parent, key, where):  # parent[key], a list of objects, or a one-line error
+        value = parent.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(x, dict) for x in value):
+            raise SquadDataError(f"{where}: \"{key}\" is not a list of objects")
+        return value
+
+    if not all(isinstance(article, dict) for article in data["data"]):
+        raise SquadDataError(f"{path}: \"data\" is not a list of objects")
     for a, article in enumerate(data["data"]):
-        for p, paragraph in enumerate(article.get("paragraphs", [])):
+        for p, paragraph in enumerate(items(article, "paragraphs", f"{path}: data[{a}]")):
             where_paragraph = f"{path}: data[{a}].paragraphs[{p}]"
             context = paragraph.get("context")
             if not isinstance(context, str):
                 raise SquadDataError(f"{where_paragraph}: no \"context\" string")
-            for qa in paragraph.get("qas", []):
+            for qa in items(paragraph, "qas", where_paragraph):
                 try:
                     qid = str(qa["id"])
                     answers = [] if qa.get("is_impossible") else qa.get("answers", [])
@@ -155,7 +202,7 @@ def read_tfds(version: str, split: str, data_dir: str | None, on_bad: str = "err
                              "prepare it with TFDS where there is network access, or give "
                              "SQuAD's JSON files with --config.data.dir")
     source = f"{name}:{split}"
-    collector = _Collector(source, on_bad)
+    collector = _Collector(source, on_bad, train=split == "train")
     for row in builder.as_dataset(split=split, shuffle_files=False).as_numpy_iterator():
         texts = [t.decode("utf-8") for t in row["answers"]["text"]]
         starts = [int(s) for s in row["answers"]["answer_start"]]
@@ -177,7 +224,7 @@ def load(version: str, split: str, data_dir: str | None = None,
         path = os.path.join(data_dir, name)
         if not os.path.isfile(path):
             raise SquadDataError(f"no {name} in {data_dir}")
-        return read_json(path, on_bad)
+        return read_json(path, on_bad, train=split == "train")
     return read_tfds(version, split, tfds_data_dir, on_bad)
 
 
@@ -196,6 +243,8 @@ class Features:
     is_impossible: np.ndarray        # [N] 1: the question has no answer (the original's
     #                                  answerability target: per question, not per window)
     question_index: np.ndarray       # [N] which question
+    # Only for evaluation (`features(..., spans=True)`; empty for training, which never
+    # reads them: 8.7 kB a window at S=512, more than its 6.2 kB of model inputs):
     token_chars: list[np.ndarray]    # per window: [S, 2] context characters of each token
     max_context: list[np.ndarray]    # per window: [S] bool, this window is the token's best
 
@@ -256,8 +305,9 @@ def _max_context(spans, index: int, position: int) -> bool:
 
 def features(questions: list[Question], vocab: tokenizer_lib.Vocab, lower_case: bool,
              max_seq_length: int = 512, doc_stride: int = 128,
-             max_query_length: int = 64) -> Features:
-    """The windows of `questions` (see the module docstring)."""
+             max_query_length: int = 64, spans: bool = True) -> Features:
+    """The windows of `questions` (see the module docstring); `spans`: keep each window's
+    `token_chars` and `max_context` (what `best_answers` needs; training does not)."""
     tokenizer = tokenizer_lib.make_tokenizer(vocab, lower_case=lower_case)
     contexts = sorted({q.context for q in questions})
     context_tokens = dict(zip(contexts, _tokenize(tokenizer, contexts)))
@@ -273,24 +323,28 @@ def features(questions: list[Question], vocab: tokenizer_lib.Vocab, lower_case: 
             raise SquadDataError(f"max_seq_length={max_seq_length} leaves no room for the "
                                  f"context after a {len(query)}-token question")
         answer = None
-        if not question.is_impossible:
-            first, last = question.answer_chars()
+        located = None if question.is_impossible else question.answer_chars()
+        if located:  # (a dev answer not found in the context: no target, still scored)
+            first, last = located
             inside = np.nonzero((ends > first) & (starts < last))[0]
             if len(inside):  # (a whitespace-only answer has no tokens: no target)
                 answer = (int(inside[0]), int(inside[-1]))
-        spans = _windows(len(ids), max_tokens, doc_stride)
+        windows = _windows(len(ids), max_tokens, doc_stride)
         offset = len(query) + 2                    # [CLS] question [SEP]
-        for w, (start, length) in enumerate(spans):
+        for w, (start, length) in enumerate(windows):
             window = np.concatenate([[vocab.cls_id], query, [vocab.sep_id],
                                      ids[start:start + length], [vocab.sep_id]])
             segments = np.concatenate([np.zeros(offset, np.int32),
                                        np.ones(length + 1, np.int32)])
-            chars = np.full((max_seq_length, 2), -1, np.int64)
-            chars[offset:offset + length, 0] = starts[start:start + length]
-            chars[offset:offset + length, 1] = ends[start:start + length]
-            best = np.zeros(max_seq_length, bool)
-            best[offset:offset + length] = [_max_context(spans, w, start + k)
-                                            for k in range(length)]
+            if spans:
+                chars = np.full((max_seq_length, 2), -1, np.int64)
+                chars[offset:offset + length, 0] = starts[start:start + length]
+                chars[offset:offset + length, 1] = ends[start:start + length]
+                best = np.zeros(max_seq_length, bool)
+                best[offset:offset + length] = [_max_context(windows, w, start + k)
+                                                for k in range(length)]
+                token_chars.append(chars)
+                max_context.append(best)
             if answer and start <= answer[0] and answer[1] < start + length:
                 s, e = answer[0] - start + offset, answer[1] - start + offset
             else:  # no answer in this window: [CLS], as the original
@@ -303,8 +357,6 @@ def features(questions: list[Question], vocab: tokenizer_lib.Vocab, lower_case: 
             rows["end_positions"].append(e)
             rows["is_impossible"].append(impossible)
             rows["question_index"].append(index)
-            token_chars.append(chars)
-            max_context.append(best)
     input_ids = np.stack(rows["input_ids"]).astype(np.int32)
     return Features(input_ids=input_ids,
                     input_mask=(np.arange(max_seq_length)[None, :] <
@@ -326,8 +378,9 @@ class Answer:
     start: int             # character offsets in the context (-1, -1 if none)
     end: int
     score: float           # start + end log-probability of the span
-    null_score: float      # 2.0: the answerable classifier's "impossible" logit (the
-    #                        lowest over the windows, as the original); 0 for 1.1
+    null_score: float      # the answerable classifier's "impossible" logit, the lowest
+    #                        over the question's windows (as the original); computed for
+    #                        1.1 too, but only 2.0's evaluation and export read it
 
 
 def best_answers(questions: list[Question], feats: Features, outputs: dict[str, np.ndarray],

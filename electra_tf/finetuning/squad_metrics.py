@@ -8,9 +8,11 @@ over its gold answers. Scores are percentages over all questions (v1.1: a questi
 without a prediction scores 0, as its script counts it; v2.0's script fails on one in its
 HasAns/NoAns totals, so `evaluate_v2` requires every question).
 
-v2.0 (`evaluate_v2`): a question whose gold answers are all empty after normalisation is
-unanswerable and its gold is the empty string; F1 between an empty and a non-empty answer
-is 0, between two empty ones 1. With no-answer probabilities (`null_odds.json`), a
+v2.0 (`evaluate_v2`): a question is answerable (HasAns) when its raw answer list is not
+empty (the script's make_qid_to_has_ans: bool(qa['answers'])); gold answers empty after
+normalisation are dropped, and a question left with none has the empty string as its
+gold (so an answerable question whose only answer is "the" is HasAns with gold "");
+F1 between an empty and a non-empty answer is 0, between two empty ones 1. With no-answer probabilities (`null_odds.json`), a
 prediction whose probability exceeds the threshold (default 1.0: never) counts as "no
 answer". It reports overall, HasAns_ and NoAns_ exact/F1/total, and the best thresholds
 (best_exact, best_exact_thresh, best_f1, best_f1_thresh): the threshold on the
@@ -88,7 +90,7 @@ def evaluate_v2(questions: list[dict], predictions: dict[str, str],
     for question in questions:
         qid = question["id"]
         golds = [a for a in question["answers"] if normalize_answer(a)] or [""]
-        has_answer[qid] = golds != [""]
+        has_answer[qid] = bool(question["answers"])  # the raw list, as the script
         exact[qid] = float(max(exact_match(predictions[qid], g) for g in golds))
         f1[qid] = max(f1_score(predictions[qid], g) for g in golds)
     null_odds = null_odds or {}

@@ -32,17 +32,22 @@ _SCHEDULE = task_lib.Schedule(epochs=2.0, max_seq_length=512)
 class SquadTask(task_lib.Task):
     """SQuAD `version` ("squad1" or "squad2"): extractive question answering."""
 
-    family = "squad"
     eval_splits = ("validation",)
     primary_metric = "f1"
     schedule = _SCHEDULE
-    resume_keys = ("data.doc_stride", "data.max_query_length")  # they make the windows
     signatures = ("serving_default",)
 
     def __init__(self, version: str, config=None):
         super().__init__(config)
         self.name = self.version = version
         self.v2 = version == "squad2"
+        # A resume must keep what makes the windows (doc_stride, max_query_length), the
+        # objective (answerable_weight) and what chose the best step (the beam, the answer
+        # length, 2.0's null threshold).
+        self.resume_keys = ("data.doc_stride", "data.max_query_length",
+                            "model.answerable_weight", "model.beam_size",
+                            "model.max_answer_length") + (
+                                ("model.null_threshold",) if self.v2 else ())
 
     def configure(self, config) -> None:
         config.data.doc_stride = 128        # tokens between windows' starts; original: 128
@@ -50,9 +55,10 @@ class SquadTask(task_lib.Task):
         config.model.beam_size = 20         # starts kept, and ends per start; original: 20
         #                                     (its beam_size and n_best_size)
         config.model.max_answer_length = 30  # tokens; original: 30
-        # The answerability loss's weight; original: 0.5 (2.0 only: 1.1 has no
-        # unanswerable question to learn it from).
-        config.model.answerable_weight = 0.5 if self.v2 else 0.0
+        # The answerability loss's weight; original: 0.5, for 1.1 as well (its
+        # answerable_classifier is on for every SQuAD version; 1.1's targets are all
+        # "answerable", and only 2.0's predictions read the classifier).
+        config.model.answerable_weight = 0.5
         if self.v2:
             # "No answer" when the lowest "impossible" logit over the windows exceeds it;
             # original: -2.75 (its qa_na_threshold).
@@ -81,14 +87,17 @@ class SquadTask(task_lib.Task):
         load = dict(data_dir=data.dir or None, tfds_data_dir=data.tfds_data_dir or None,
                     on_bad=data.on_bad)
         return task_lib.Data(
-            self._rows(squad.load(self.version, "train", **load), vocab, lower_case),
+            self._rows(squad.load(self.version, "train", **load), vocab, lower_case,
+                       train=True),
             {"validation": self._rows(squad.load(self.version, "validation", **load),
-                                      vocab, lower_case)}, {})
+                                      vocab, lower_case, train=False)}, {})
 
-    def _rows(self, questions: squad.Questions, vocab, lower_case) -> task_lib.Rows:
+    def _rows(self, questions: squad.Questions, vocab, lower_case,
+              train: bool) -> task_lib.Rows:
         data = self.config.data
+        # Training's windows keep no character offsets (only `evaluate` reads them).
         features = squad.features(questions.items, vocab, lower_case, data.max_seq_length,
-                                  data.doc_stride, data.max_query_length)
+                                  data.doc_stride, data.max_query_length, spans=not train)
         inputs = ("input_ids", "input_mask", "segment_ids")
 
         def prepare(batch):  # [b, S] ids and [b] answer positions, made by `features`
@@ -98,7 +107,7 @@ class SquadTask(task_lib.Task):
         return task_lib.Rows(features.arrays(), prepare,
                              f"{len(questions)} questions in {len(features)} windows from "
                              f"{questions.source} ({questions.skipped} skipped{skipped})",
-                             payload=(questions.items, features))
+                             payload=None if train else (questions.items, features))
 
     # ------------------------------------------------------------------------ model
 
@@ -121,7 +130,8 @@ class SquadTask(task_lib.Task):
                                      self.config.model.max_answer_length)
         predictions = {q.qid: a.text for q, a in zip(questions, answers)}
         gold = [{"id": q.qid, "answers": q.answers} for q in questions]
-        files = {"predictions.json": json.dumps(predictions, indent=2, ensure_ascii=False)}
+        # ASCII (\u escapes): the official scripts open it in the platform's encoding.
+        files = {"predictions.json": json.dumps(predictions, indent=2, ensure_ascii=True)}
         if not self.v2:
             return task_lib.Evaluation(squad_metrics.evaluate_v1(gold, predictions), files)
         null_odds = {q.qid: a.null_score for q, a in zip(questions, answers)}

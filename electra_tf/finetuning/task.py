@@ -71,7 +71,6 @@ class Task(abc.ABC):
     """One fine-tuning task; `config` is the run's (None where only `configure` is used)."""
 
     name: str
-    family: str                      # "glue", "squad": for messages and docs
     eval_splits: tuple[str, ...]
     primary_metric: str              # of the first eval split: selects the best step
     schedule: Schedule

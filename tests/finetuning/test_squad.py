@@ -1,6 +1,7 @@
 """SQuAD's building blocks: reading, windows over long contexts, the head, best spans."""
 
 import json
+import os
 
 import keras
 import numpy as np
@@ -45,11 +46,25 @@ def test_bad_files_are_one_line_errors_naming_the_question(tmp_path):
     with pytest.raises(squad.SquadDataError) as info:
         squad.read_json(wrong)
     message = str(info.value)
-    assert message.startswith(f"{wrong}: question q17: answer 'big red house' is not the "
-                              "context's text at answer_start=3") and "\n" not in message
+    assert message.startswith(f"{wrong}: question q17: answer 'big red house' is not in "
+                              "the context near answer_start=3") and "\n" not in message
     skipped = squad.read_json(wrong, on_bad="skip")
     assert ([q.qid for q in skipped.items], skipped.skipped) == (["good"], 1)
     assert skipped.first_skipped.startswith(f"{wrong}: question q17")
+    # A dev split keeps it: only answer texts are scored, every question counts.
+    dev = squad.read_json(wrong, train=False)
+    assert [q.qid for q in dev.items] == ["good", "q17"] and dev.skipped == 0
+    assert dev.items[1].answer_chars() is None
+    for bad, message in (('{"data": [1]}', r'"data" is not a list of objects'),
+                         ('{"data": [{"paragraphs": [[]]}]}',
+                          r'data\[0\]: "paragraphs" is not a list of objects'),
+                         ('{"data": [{"paragraphs": [{"context": "c", "qas": ["q"]}]}]}',
+                          r'data\[0\].paragraphs\[0\]: "qas" is not a list of objects')):
+        malformed = tmp_path / "malformed.json"
+        malformed.write_text(bad)
+        for train in (True, False):  # structure is an error in every split
+            with pytest.raises(squad.SquadDataError, match=f"^{malformed}: {message}$"):
+                squad.read_json(str(malformed), on_bad="skip", train=train)
     broken = tmp_path / "broken.json"
     broken.write_text('{"data": [\n  {"title": }\n]}')
     with pytest.raises(squad.SquadDataError, match=r"broken.json:2:\d+: not JSON"):
@@ -60,6 +75,28 @@ def test_bad_files_are_one_line_errors_naming_the_question(tmp_path):
         squad.read_json(str(other))
     with pytest.raises(squad.SquadDataError, match="no train-v2.0.json in"):
         squad.load("squad2", "train", data_dir=str(tmp_path))
+
+
+def test_training_answers_off_by_a_few_characters_are_found(tmp_path):
+    """As the original's tolerant match: answer_start off by 1-2 characters, or text that
+    differs in case and spacing, still trains on the context's own span."""
+    start = CONTEXT.index("big red house")
+    path = _squad_file(tmp_path / "train.json", [
+        ("late", "where ?", CONTEXT, [("big red house", start + 1)], False),
+        ("early", "where ?", CONTEXT, [("big red house", start - 2)], False),
+        ("spaced", "where ?", CONTEXT, [("Big  red\thouse", start)], False),
+        ("other", "where ?", CONTEXT, [("big red house", start + 2), ("cat", 0)], False)])
+    questions = squad.read_json(path)
+    assert questions.skipped == 0
+    for q in questions.items:
+        assert q.answer_chars() == (start, start + len("big red house")), q.qid
+    # The later answers are not checked (scoring uses their texts only).
+    assert squad.load("squad1", "train", data_dir=str(_rename(path, "train-v1.1.json")))
+
+
+def _rename(path, name):
+    os.replace(path, os.path.join(os.path.dirname(path), name))
+    return os.path.dirname(path)
 
 
 @pytest.fixture(scope="module")

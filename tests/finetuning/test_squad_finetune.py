@@ -89,7 +89,7 @@ def test_squad_configs_have_the_originals_defaults():
     assert (config.model.beam_size, config.model.max_answer_length,
             config.model.answerable_weight, config.model.null_threshold) == (20, 30, 0.5, -2.75)
     one = finetune_configs.get_config("squad1")
-    assert one.model.answerable_weight == 0.0 and "null_threshold" not in one.model
+    assert one.model.answerable_weight == 0.5 and "null_threshold" not in one.model
     assert one.train.learning_rate == 0.0  # from the pre-trained model's shape
     with pytest.raises(ValueError, match="unknown task 'squad3'; choose one of .*squad2"):
         finetune_configs.get_config("squad3")
@@ -100,6 +100,12 @@ def test_squad_run_writes_results_predictions_and_resumes(pretrained, tmp_path):
     null_odds.json in the official format, TensorBoard, the best step exported; it
     resumes, and a resume with other windows is refused."""
     data = write_squad(tmp_path, "squad2", 96, 24)
+    # A dev answer whose offset is wrong is still evaluated and counted (the official
+    # script scores every question by its answer texts).
+    dev_path = os.path.join(data, "dev-v2.0.json")
+    dev_json = json.load(open(dev_path, encoding="utf-8"))
+    dev_json["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] += 40
+    json.dump(dev_json, open(dev_path, "w", encoding="utf-8"))
     workdir = str(tmp_path / "run")
     best = loop.finetune(_config("squad2", pretrained, data, **{"train.epochs": 1}),
                          workdir)["validation"]
@@ -111,7 +117,7 @@ def test_squad_run_writes_results_predictions_and_resumes(pretrained, tmp_path):
     assert results["best"]["files"] == ["null_odds.json", "predictions.json"]
     predictions = json.load(open(os.path.join(workdir, "predictions.json"), encoding="utf-8"))
     null_odds = json.load(open(os.path.join(workdir, "null_odds.json")))
-    dev = squad.read_json(os.path.join(data, "dev-v2.0.json"))
+    dev = squad.read_json(os.path.join(data, "dev-v2.0.json"), train=False)
     assert set(predictions) == set(null_odds) == {q.qid for q in dev.items}
     for q in dev.items:  # the best span's text, the context's own characters
         assert predictions[q.qid] in q.context and isinstance(null_odds[q.qid], float)
@@ -125,6 +131,11 @@ def test_squad_run_writes_results_predictions_and_resumes(pretrained, tmp_path):
         "evaluations"]
     with pytest.raises(errors.UserError, match="config.data.doc_stride=8 differs"):
         loop.finetune(_config("squad2", pretrained, data, **{"data.doc_stride": 8}), workdir)
+    # The objective and the evaluation's settings too (the best step was chosen by them).
+    with pytest.raises(errors.UserError, match=r"config.model.null_threshold=0.0 differs "
+                       r"from the run in .* \(-2.75\)"):
+        loop.finetune(_config("squad2", pretrained, data, **{"model.null_threshold": 0.0}),
+                      workdir)
     with pytest.raises(errors.UserError, match="config.data.max_query_length=46 leaves no "
                        "context token in a config.data.max_seq_length=48 window"):
         loop.finetune(_config("squad2", pretrained, data, **{"data.max_query_length": 46}),

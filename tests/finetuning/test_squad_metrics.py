@@ -58,3 +58,21 @@ def test_v2_threshold_and_the_best_threshold_search():
 def test_v2_needs_every_question():
     with pytest.raises(ValueError, match="no prediction for 1 question"):
         m.evaluate_v2(V2, {k: v for k, v in PREDICTIONS.items() if k != "q4"})
+
+
+def test_v2_has_answer_is_the_raw_answer_list_as_the_script():
+    """make_qid_to_has_ans is bool(qa['answers']): an answer that normalises to nothing
+    ("the") still makes the question HasAns, with "" as its only gold."""
+    questions = [{"id": "t", "answers": ["the"]}, {"id": "n", "answers": []}]
+    declined = m.evaluate_v2(questions, {"t": "", "n": ""}, {"t": 0.9, "n": 0.9},
+                             threshold=0.5)
+    # Declined ("no answer" by the odds): float(not has_ans) = 0 for t, 1 for n.
+    assert declined["HasAns_total"] == 1 and declined["NoAns_total"] == 1
+    assert (declined["HasAns_exact"], declined["HasAns_f1"]) == (0.0, 0.0)
+    assert (declined["NoAns_exact"], declined["NoAns_f1"]) == (100.0, 100.0)
+    # Not declined, the empty text equals the empty gold: the script scores it 1 (its
+    # compute_exact("", "")), still under HasAns; a non-empty text scores 0.
+    kept = m.evaluate_v2(questions, {"t": "", "n": ""})
+    assert (kept["HasAns_total"], kept["HasAns_exact"], kept["HasAns_f1"]) == (1, 100.0, 100.0)
+    answered = m.evaluate_v2(questions, {"t": "Paris", "n": ""})
+    assert (answered["HasAns_exact"], answered["HasAns_f1"]) == (0.0, 0.0)

@@ -1,6 +1,7 @@
 """The QA SavedModel: in-graph windows and spans agree with the fine-tuning's evaluation
 (`squad.features` + `squad.best_answers`), in TF Serving's session loader."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -24,6 +25,7 @@ CONTEXTS = [LONG, "", SCRIPTS, "red", SCRIPTS]
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     vocab = helpers.write_vocab(str(tmp_path_factory.mktemp("vocab")))
+    keras.utils.set_random_seed(0)  # the same weights, hence the same answers, every run
     embeddings = encoder.Embeddings(vocabulary_size=vocab.size, embedding_size=16)
     enc = encoder.Encoder(embeddings, hidden_size=16, num_layers=1, num_heads=2,
                           intermediate_size=32)
@@ -59,31 +61,64 @@ def test_windows_in_the_graph_are_the_features_windows(setup):
         export_qa.Windows(vocab, 10, True, STRIDE, QUERY)
 
 
+def _window_of(features, index, start):
+    """Which of question `index`'s windows (0: its first) scores the answer starting at
+    character `start`: the one giving that token its most context."""
+    windows = np.nonzero(features.question_index == index)[0]
+    for w, f in enumerate(windows):
+        hit = np.nonzero((features.token_chars[f][:, 0] == start) & features.max_context[f])[0]
+        if len(hit):
+            return w
+    raise AssertionError(f"no window of question {index} scores a start at {start}")
+
+
+def _ask(path, tmp_path):
+    return helpers.session_run(path, {"ask": ("serving_default", {
+        "question": np.array(QUESTIONS, object), "context": np.array(CONTEXTS, object)})},
+        str(tmp_path / "out"))["ask"]
+
+
+def _export(model, vocab, path, null_threshold=None):
+    return export_qa.export_question_answerer(
+        model, vocab, path, max_seq_length=SEQ, lower_case=True, doc_stride=STRIDE,
+        max_query_length=QUERY, max_answer_length=4, null_threshold=null_threshold)
+
+
 def test_export_answers_as_the_evaluation_does_in_the_session_loader(setup, tmp_path):
+    """No threshold: every request's answer, character offsets and score are the host
+    evaluation's (squad.features + squad.best_answers)."""
+    vocab, model, questions, features, expected = setup
+    got = _ask(_export(model, vocab, str(tmp_path / "qa" / "1")), tmp_path)
+    assert set(got) == {"answer", "start", "end", "score"}
+    for q, a, text, start, end, score in zip(questions, expected, got["answer"],
+                                             got["start"], got["end"], got["score"]):
+        assert (text.decode("utf-8"), start, end) == (a.text, a.start, a.end), q.qid
+        if a.start >= 0:
+            assert score == pytest.approx(a.score, abs=1e-4), q.qid
+        else:  # no valid span at all (the empty context)
+            assert score == export_qa.NO_SPAN_SCORE
+    answered = [(i, a) for i, a in enumerate(expected) if a.start >= 0]
+    assert expected[1].start == -1 and len(answered) == len(expected) - 1
+    # The comparison covers character offsets after multi-byte characters (bytes →
+    # characters) and a start scored in a later window (the most-context rule).
+    assert any(any(len(ch.encode("utf-8")) > 1 for ch in questions[i].context[:a.start])
+               for i, a in answered)
+    assert any(_window_of(features, i, a.start) > 0 for i, a in answered)
+
+
+def test_a_null_threshold_declines_answers_and_reports_the_no_answer_score(setup, tmp_path):
     vocab, model, questions, _, expected = setup
     # A threshold between the requests' no-answer scores: some answer, some decline.
     nulls = sorted(a.null_score for a in expected)
     threshold = (nulls[1] + nulls[2]) / 2
-    path = export_qa.export_question_answerer(
-        model, vocab, str(tmp_path / "qa" / "1"), max_seq_length=SEQ, lower_case=True,
-        doc_stride=STRIDE, max_query_length=QUERY, max_answer_length=4,
-        null_threshold=threshold)
-    got = helpers.session_run(path, {"ask": ("serving_default", {
-        "question": np.array(QUESTIONS, object), "context": np.array(CONTEXTS, object)})},
-        str(tmp_path / "out"))["ask"]
+    got = _ask(_export(model, vocab, str(tmp_path / "qa" / "1"), threshold), tmp_path)
     assert set(got) == {"answer", "start", "end", "score", "no_answer_score"}
     np.testing.assert_allclose(got["no_answer_score"], [a.null_score for a in expected],
                                atol=1e-5)
     answered = [a.null_score <= threshold and a.start >= 0 for a in expected]
-    assert 0 < sum(answered) < len(expected)
-    for q, a, ok, text, start, end, score in zip(questions, expected, answered,
-                                                 got["answer"], got["start"], got["end"],
-                                                 got["score"]):
+    declined = [a.null_score > threshold and a.start >= 0 for a in expected]
+    assert any(answered) and any(declined)
+    for q, a, ok, text, start, end in zip(questions, expected, answered, got["answer"],
+                                          got["start"], got["end"]):
         assert (text.decode("utf-8"), start, end) == ((a.text, a.start, a.end) if ok
                                                       else ("", -1, -1)), q.qid
-        if a.start >= 0:
-            assert score == pytest.approx(a.score, abs=1e-4)
-            assert q.context[a.start:a.end] == a.text      # characters, any script
-        else:  # no valid span at all (the empty context)
-            assert score == export_qa.NO_SPAN_SCORE
-    assert expected[1].start == -1 and expected[0].start >= 0
