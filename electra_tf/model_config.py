@@ -189,10 +189,20 @@ def resolve(config) -> ml_collections.ConfigDict:
 
 def pretrainer(config, vocabulary_size: int, dtype=None):
     """The `ElectraPretrainer` of a pre-training config."""
+    from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
     from electra_tf.model import pretrainer as pretrainer_lib  # pylint: disable=g-import-not-at-top
     model = config.model
+    model_shape = shape(config)
+    if model_shape.tie == "gdes" and not objectives.get(objective_name(config)).detects:
+        # The MLM head projects with the shared table, the input side reads its
+        # stop-gradient plus the delta: the main model's LM loss would train the table.
+        raise errors.UserError(
+            f"config.model.tie='gdes' with config.model.objective="
+            f"{objective_name(config)!r}: gdes keeps a replaced-token detector's gradients "
+            "out of the generator's table, but this objective's main model predicts tokens "
+            "with that table; use tie=embeddings, or objective electra or electra_15")
     return pretrainer_lib.ElectraPretrainer(
-        vocabulary_size, shape(config), temperature=model.temperature,
+        vocabulary_size, model_shape, temperature=model.temperature,
         disallow_correct=model.disallow_correct, dropout=model.dropout,
         objective=objective_name(config), dtype=dtype, name="electra")
 

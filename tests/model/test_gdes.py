@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from configs import electra as electra_configs
+from electra_tf import errors
 from electra_tf import model_config
 from electra_tf.model import objectives
 from electra_tf.serving import convert
@@ -82,3 +83,14 @@ def test_gdes_needs_the_shared_embedding_width():
     with pytest.raises(Exception, match=r"generator_embedding_size=32: config.model.tie="
                        r"'gdes' shares"):
         model_config.shape(config)
+
+
+@pytest.mark.parametrize("objective", ["mlm", "replace_mlm", "all_tokens_mlm"])
+def test_gdes_refuses_an_objective_whose_main_model_predicts_tokens(objective):
+    # Its MLM head would project with the shared table: the main loss would train it.
+    config = electra_configs.get_config("tiny")
+    config.model.tie = "gdes"
+    config.model.objective = objective
+    with pytest.raises(errors.UserError, match=r"config.model.tie='gdes' with config.model."
+                       rf"objective='{objective}'"):
+        model_config.pretrainer(model_config.resolve(config), test_objectives.V)
