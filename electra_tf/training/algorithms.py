@@ -5,8 +5,12 @@ trains with which loss, stage by stage.
     two_stage  steps [0, N): the generator alone, by its MLM loss;
                at step N the discriminator's encoder (and embeddings) take the
                generator's weights; steps [N, steps): the discriminator alone, by
-               disc_weight · RTD, the generator frozen (the paper's Section 3.2
-               "two-stage" training: it did not help, GLUE −0.6 in their Figure 3)
+               disc_weight · RTD (the paper's Section 3.2 "two-stage" training: it did
+               not help, GLUE −0.6 in their Figure 3). Frozen in stage 2: the
+               generator's encoder layers and MLM head, and under tie=none its own
+               embeddings; under tie=embeddings the shared embeddings (token, position,
+               segment tables and their LayerNorm) are the discriminator's and keep
+               training, so the generator's inputs and its tied output projection change
                N = config.train.two_stage_generator_steps
 
 The loop asks the algorithm for the stage of a step (a compiled loop never spans two
@@ -109,11 +113,15 @@ class TwoStage(Joint):
             differ = [f"config.model.generator_{f.name}={getattr(g, f.name)} (config.model."
                       f"{f.name}={getattr(d, f.name)})" for f in dataclasses.fields(g)
                       if getattr(g, f.name) != getattr(d, f.name)]
+            hint = "config.model.generator_hidden_fraction=1.0"
+            if g.embedding_size != d.embedding_size:  # tie=none: the generator's own
+                hint += f" and config.model.generator_embedding_size={d.embedding_size}"
             raise errors.UserError(
                 "config.train.algorithm='two_stage' initialises the discriminator from the "
                 "generator, so their shapes must be equal: " + ", ".join(differ)
-                + "; e.g. set config.model.generator_hidden_fraction=1.0")
+                + f"; e.g. set {hint}")
         self.switch = steps
+        self.tie = shape.tie
         # In the checkpoint: a resume with another switch step is refused at restore.
         self.switch_step = tf.Variable(steps, dtype=tf.int64, trainable=False,
                                        name="switch_step")
@@ -143,10 +151,16 @@ class TwoStage(Joint):
             return
         # The discriminator's encoder takes the generator's weights: the same layers in
         # the same order (equal shapes); under tie=embeddings the table is already one.
-        for target, source in zip(model.discriminator.weights, model.generator.weights):
+        for target, source in zip(model.discriminator.weights, model.generator.weights,
+                                  strict=True):
+            assert target.shape == source.shape, (target.path, target.shape, source.path,
+                                                  source.shape)
             target.assign(source)
         logging.info("two_stage: step %d: the discriminator starts from the generator's "
-                     "weights and trains alone from here; the generator is frozen", step)
+                     "weights and trains alone from here; frozen: the generator's encoder "
+                     "layers and MLM head%s", step,
+                     " (its own embeddings too)" if self.tie == "none" else
+                     " (the shared embeddings keep training with the discriminator)")
 
     def checkpoint_items(self):
         return {"switch_step": self.switch_step}

@@ -74,6 +74,9 @@ def test_two_stage_switch_step_in_the_checkpoint_is_checked():
     ({"tie": "gdes"}, r"config.model.tie='gdes': config.train.algorithm='two_stage'"),
     ({"generator_num_layers": 1}, r"config.model.generator_num_layers=1 "
                                   r"\(config.model.num_layers=2\)"),
+    ({"tie": "none", "generator_embedding_size": 16},
+     r"generator_embedding_size=16 \(config.model.embedding_size=64\); e.g. set config."
+     r"model.generator_hidden_fraction=1.0 and config.model.generator_embedding_size=64"),
 ])
 def test_two_stage_errors_name_the_keys(change, message):
     with pytest.raises(errors.UserError, match=message):
