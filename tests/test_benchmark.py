@@ -80,6 +80,7 @@ def test_train_benchmark_prints_one_json_line_last_and_profiles(tmp_path):
     assert results["model_flops_per_seq"] > 0 and results["peak_rss_mib"] > 0
     shape = sizes.ModelShape.from_dict(results["shape"])
     assert (shape.discriminator.hidden_size, shape.generator.hidden_size) == (96, 48)
+    assert results["objective"] == "electra"
     assert results["model_flops_per_seq"] == flops.for_shape(shape, 32, 4,
                                                              results["vocab_size"])
     # The MFU is against the best of the libraries' measured peaks.
@@ -193,8 +194,16 @@ def test_train_benchmark_under_mirrored_over_two_logical_cpus():
     # --peak_tflops: the MFU against a stated peak (a GPU's datasheet figure) instead.
     results = last_json_line(run_tool("benchmark.py", *TINY, "--steps=1",
                                       "--config.runtime.strategy=mirrored",
-                                      "--config.runtime.cpu_devices=2", "--peak_tflops=0.5"))
+                                      "--config.runtime.cpu_devices=2", "--peak_tflops=0.5",
+                                      "--config.model.objective=mlm"))
     assert (results["mfu_peak_source"], results["mfu_peak_flops"]) == ("stated", 5e11)
+    # The FLOPs are the objective's own: mlm has no generator.
+    shape = sizes.ModelShape.from_dict(results["shape"])
+    assert results["objective"] == "mlm"
+    assert results["model_flops_per_seq"] == flops.for_shape(
+        shape, 32, results["num_predictions"], results["vocab_size"], "mlm")
+    assert results["model_flops_per_seq"] < flops.for_shape(
+        shape, 32, results["num_predictions"], results["vocab_size"], "electra")
     assert results["mfu"] == pytest.approx(results["achieved_flops"] / 5e11, abs=1e-4)
     assert (results["strategy"], results["replicas"]) == ("MirroredStrategy", 2)
     assert results["batch_size"] == 4  # global

@@ -504,7 +504,8 @@ def bench_train():
     headline = _rates(next(iter(timings.values())), batch_size)
     loss = trainer.train_metrics.result().get("loss")
     shape = model_config.shape(config)
-    model_flops = flops_lib.for_shape(shape, seq_len, num_predictions, vocab_size)
+    objective = model_config.objective_name(config)  # each objective's own passes
+    model_flops = flops_lib.for_shape(shape, seq_len, num_predictions, vocab_size, objective)
     seq_per_sec = headline["seq_per_sec"]
     achieved = seq_per_sec * model_flops
     replicas = strategy.num_replicas_in_sync
@@ -527,7 +528,7 @@ def bench_train():
         "mfu_peak_source": "stated" if _PEAK_TFLOPS.value else "measured_matmul",
         "loss": None if loss is None else round(float(loss), 4),
         "batch_size": batch_size, "seq_len": seq_len, "size": config.model.size,
-        "shape": shape.to_dict(),
+        "shape": shape.to_dict(), "objective": objective,
         "steps": steps, "warmup_steps": warmup, "steps_per_loop": per_loop,
         "num_predictions": num_predictions, "vocab_size": vocab_size,
         "data": "+".join("synthetic" if name == "synthetic" else f"real:{data_dir}"
