@@ -10,14 +10,21 @@ trains with which loss, stage by stage.
                generator's encoder layers and MLM head, and under tie=none its own
                embeddings; under tie=embeddings the shared embeddings (token, position,
                segment tables and their LayerNorm) are the discriminator's and keep
-               training, so the generator's inputs and its tied output projection change
+               training, so the generator's inputs and its tied output projection change.
+               Stage 2 is a fresh optimisation of the discriminator: its own optimizer
+               (zero moments, its own update count for Adam's bias correction) and its
+               own schedule, warm-up then linear decay to 0 over the steps − N after the
+               switch; stage 1 uses the run's optimizer and schedule (over all steps)
                N = config.train.two_stage_generator_steps
 
 The loop asks the algorithm for the stage of a step (a compiled loop never spans two
 stages: `next_boundary`), for the stage's variables and loss, and lets it act on the
-host before a loop (`begin`: the two-stage switch). Everything is a function of the step,
-so a run resumed anywhere, before, at or after the switch, repeats an uninterrupted one.
-The switch step is also in the checkpoint (`checkpoint_items`), checked at restore.
+host before a loop (`begin`: the two-stage switch), and for the optimizer of a stage
+(`optimizer`; `build` makes the algorithm's own, in the strategy's scope). Everything is a
+function of the step and the checkpoint, so a run resumed anywhere, before, at or after
+the switch, repeats an uninterrupted one. The switch step and two_stage's discriminator
+optimizer are in the checkpoint (`checkpoint_items`); the switch step is checked at
+restore.
 
 >>> import ml_collections
 >>> from configs import electra
@@ -43,6 +50,7 @@ from absl import logging
 from electra_tf import errors
 from electra_tf import model_config
 from electra_tf.model import objectives
+from electra_tf.training import optimizer as optimizer_lib
 
 
 class Joint:
@@ -73,6 +81,15 @@ class Joint:
     def begin(self, model, step: int) -> None:
         """On the host, before a loop that starts at `step`."""
         del model, step
+
+    def build(self, train_config, model, dtype_policy: str) -> None:
+        """The algorithm's own optimizers (inside `strategy.scope()`); joint: none."""
+        del train_config, model, dtype_policy
+
+    def optimizer(self, stage: str, default):
+        """The optimizer that updates `stage`'s variables (`default`: the run's)."""
+        del stage
+        return default
 
     def checkpoint_items(self) -> dict:
         return {}
@@ -162,8 +179,23 @@ class TwoStage(Joint):
                      " (its own embeddings too)" if self.tie == "none" else
                      " (the shared embeddings keep training with the discriminator)")
 
+    def build(self, train_config, model, dtype_policy):
+        # Stage 2 starts a fresh optimisation of the discriminator: with the run's
+        # optimizer its moments would be zero while Adam's bias correction counted from
+        # step N (first updates ~3x the usual size), at the decayed learning rate.
+        self.discriminator_optimizer = optimizer_lib.create_optimizer(
+            train_config, model, dtype_policy,
+            variables=self.variables(model, "discriminator"),
+            total_steps=max(train_config.steps - self.switch, 1))
+
+    def optimizer(self, stage, default):
+        return self.discriminator_optimizer if stage == "discriminator" else default
+
     def checkpoint_items(self):
-        return {"switch_step": self.switch_step}
+        items = {"switch_step": self.switch_step}
+        if hasattr(self, "discriminator_optimizer"):
+            items["discriminator_optimizer"] = self.discriminator_optimizer
+        return items
 
     def check_restored(self, workdir):
         saved = int(self.switch_step.numpy())

@@ -83,6 +83,7 @@ class Trainer:
             objective = model_config.objective_name(config)
             # Which variables each step trains, by which loss (checked: errors name keys).
             self.algorithm = algorithms.get(config)
+            self.algorithm.build(config.train, self.model, self.policy)
             self.train_metrics = metrics_lib.PretrainingMetrics(config.model.disc_weight,
                                                                 objective)
             self.eval_metrics = metrics_lib.PretrainingMetrics(config.model.disc_weight,
@@ -160,7 +161,7 @@ class Trainer:
                 loss, outputs, values = self._outputs_and_loss(
                     batch, uniform, counts, True, dropout_seed, block)
                 loss = self.algorithm.loss(self.objective, loss, values, stage)
-                scaled = self.optimizer.scale_loss(loss)   # loss scaling under float16
+                scaled = self.stage_optimizer(stage).scale_loss(loss)  # float16 scaling
             return tape.gradient(scaled, variables), outputs, values
 
     def _forward_fn(self, batch, uniform, counts):
@@ -215,10 +216,10 @@ class Trainer:
         stage = stage or self.stage
         grads, values = self._summed_gradients(batch, step, stage, self.train_metrics)
         grad_norm = tf.linalg.global_norm(grads)
-        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
-            grad_norm /= tf.cast(self.optimizer.dynamic_scale, grad_norm.dtype)
-        self.optimizer.apply_gradients(zip(grads, self.algorithm.variables(self.model,
-                                                                            stage)))
+        optimizer = self.stage_optimizer(stage)
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+            grad_norm /= tf.cast(optimizer.dynamic_scale, grad_norm.dtype)
+        optimizer.apply_gradients(zip(grads, self.algorithm.variables(self.model, stage)))
         self.train_metrics.update_grad_norm(grad_norm)
         # Replicas whose losses (electra: mlm_loss, rtd_loss) or gradient norm are not
         # finite: the same counts on every replica (and worker), so all of them stop at
@@ -227,6 +228,11 @@ class Trainer:
                                             + [tf.cast(grad_norm, tf.float32)]))
         return tf.distribute.get_replica_context().all_reduce(
             SUM, tf.cast(tf.logical_not(finite), tf.float32))
+
+    def stage_optimizer(self, stage=None):
+        """The optimizer of `stage` (default: the current one): the run's `optimizer`,
+        or the algorithm's own (two_stage's discriminator stage)."""
+        return self.algorithm.optimizer(stage or self.stage, self.optimizer)
 
     @property
     def train_loop(self):
@@ -560,7 +566,8 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                     trainer.train_metrics.reset()
                     now = time.time()
                     rate = (step - last_step) / max(now - last_time, 1e-9)
-                    values.update(learning_rate=float(trainer.optimizer.learning_rate),
+                    values.update(learning_rate=float(
+                                      trainer.stage_optimizer().learning_rate),
                                   steps_per_sec=rate,
                                   examples_per_sec=rate * trainer.global_batch,
                                   tokens_per_sec=rate * tokens_per_step)
@@ -568,7 +575,8 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                     if trainer.loss_scaling:
                         total = int(trainer.skipped_steps.numpy())
                         values["skipped_steps"] = total - last_skipped
-                        values["loss_scale"] = float(trainer.optimizer.dynamic_scale)
+                        values["loss_scale"] = float(
+                            trainer.stage_optimizer().dynamic_scale)
                         skipped = (f" | skipped {total - last_skipped} step(s) (float16 "
                                    f"overflow; loss scale {values['loss_scale']:g})")
                         last_skipped = total
@@ -756,9 +764,17 @@ def _restore(trainer, checkpoint, directory) -> str | None:
     for path in reversed(paths):
         try:
             saved = {name.split("/")[0] for name, _ in tf.train.list_variables(path)}
-            restore = checkpoint if "optimizer" in saved else tf.train.Checkpoint(
-                step=trainer.step, model=trainer.model)
+            items = trainer.algorithm.checkpoint_items()
+            missing = sorted(set(items) - saved)
+            restore = checkpoint if "optimizer" in saved and not missing else (
+                tf.train.Checkpoint(step=trainer.step, model=trainer.model)
+                if "optimizer" not in saved else tf.train.Checkpoint(
+                    step=trainer.step, model=trainer.model, optimizer=trainer.optimizer,
+                    **{k: v for k, v in items.items() if k in saved}))
             restore.restore(path).assert_existing_objects_matched()
+            if missing and "optimizer" in saved:  # written before these items existed
+                logging.warning("Checkpoint %s has no %s: starting it afresh", path,
+                                ", ".join(missing))
         except (tf.errors.OpError, IndexError) as e:  # IndexError: a truncated data file
             logging.error("Cannot read checkpoint %s (%s): trying the one before it", path,
                           (str(e).strip().splitlines() or [type(e).__name__])[0])

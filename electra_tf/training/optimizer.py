@@ -62,14 +62,17 @@ def no_decay_variables(model: keras.Model) -> list:
     return out
 
 
-def create_optimizer(train_config, model: keras.Model, dtype_policy: str = "float32"):
-    """The optimizer for `config.train`, built for `model`'s variables.
+def create_optimizer(train_config, model: keras.Model, dtype_policy: str = "float32",
+                     variables=None, total_steps=None):
+    """The optimizer for `config.train`, built for `variables` (default: `model`'s).
 
     Call inside `strategy.scope()`, before the first step. With a float16 policy the
     optimizer is wrapped in Keras' `LossScaleOptimizer` (dynamic loss scaling).
+    `total_steps` (default `config.train.steps`): where the schedule reaches 0, counted in
+    this optimizer's own updates (two_stage's second optimizer: the steps after the switch).
     """
     schedule = WarmupLinearDecay(train_config.learning_rate, train_config.warmup_steps,
-                                 train_config.steps)
+                                 train_config.steps if total_steps is None else total_steps)
     kwargs = dict(learning_rate=schedule, weight_decay=train_config.weight_decay,
                   beta_1=train_config.adam_beta1, beta_2=train_config.adam_beta2,
                   epsilon=train_config.adam_epsilon,
@@ -84,5 +87,5 @@ def create_optimizer(train_config, model: keras.Model, dtype_policy: str = "floa
     optimizer.exclude_from_weight_decay(var_list=no_decay_variables(model))
     if dtype_policy == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    optimizer.build(model.trainable_variables)
+    optimizer.build(model.trainable_variables if variables is None else variables)
     return optimizer

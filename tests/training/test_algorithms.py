@@ -9,6 +9,7 @@ from configs import electra as electra_configs
 from electra_tf import errors
 from electra_tf import model_config
 from electra_tf.training import algorithms
+from electra_tf.training import optimizer as optimizer_lib
 
 
 def two_stage_config(**model):
@@ -92,3 +93,35 @@ def test_bad_algorithm_or_switch_names_the_key():
     with pytest.raises(errors.UserError, match=r"config.train.algorithm='alternating': "
                        "choose one of joint, two_stage"):
         algorithms.get(config)
+
+
+def test_two_stage_discriminator_starts_a_fresh_adam():
+    # With one optimizer for both stages, the discriminator's first updates after the
+    # switch had zero moments but bias correction at step N + 1: ~3x Adam's usual size.
+    config = two_stage_config()
+    config.train.update(steps=40, warmup_steps=2, weight_decay=0.0)
+    model = model_config.pretrainer(config, 30).build_for(8, 2)
+    run = optimizer_lib.create_optimizer(config.train, model)
+    two_stage = algorithms.get(config)
+    two_stage.build(config.train, model, "float32")
+    assert two_stage.optimizer("generator", run) is run
+    assert set(two_stage.checkpoint_items()) == {"switch_step", "discriminator_optimizer"}
+
+    def update(stage):
+        optimizer = two_stage.optimizer(stage, run)
+        variables = two_stage.variables(model, stage)
+        optimizer.apply_gradients([(tf.ones_like(v), v) for v in variables])
+
+    for step in range(20):  # stage 1 runs past the switch step: a long first stage
+        update("generator")
+    head = model.discriminator_head.trainable_weights[0]
+    schedule = optimizer_lib.WarmupLinearDecay(config.train.learning_rate, 2, 40 - 3)
+    for k in range(4):  # the stage's own warm-up and update count, from 0
+        before = head.numpy()
+        update("discriminator")
+        step_size = np.abs(head.numpy() - before).max()
+        lr = float(schedule(k))
+        assert step_size <= 1.05 * lr + 1e-12, (k, step_size, lr)
+        assert step_size >= 0.9 * lr, (k, step_size, lr)
+    assert int(run.iterations.numpy()) == 20
+    assert int(two_stage.discriminator_optimizer.iterations.numpy()) == 4
