@@ -117,7 +117,7 @@ def test_recomputed_blocks_compute_the_same_step_and_really_recompute(plain):
         counts = (tf.constant(1.0), tf.constant(1.0))
         seed = tf.constant([0, 0], tf.int64)
         hlo = trainer._forward_backward.experimental_get_compiler_ir(  # pylint: disable=protected-access
-            batch, uniform, counts, seed, tf.constant(0))(stage="optimized_hlo")
+            batch, uniform, counts, seed, tf.constant(0), trainer.stage)(stage="optimized_hlo")
         return len(re.findall(r"\bdot\(", hlo))
     plain_dots, remat_dots = dots(plain[0]), dots(run[0])
     assert remat_dots > plain_dots, (plain_dots, remat_dots)
