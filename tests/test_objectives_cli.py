@@ -91,9 +91,14 @@ def test_objective_trains_resumes_exactly_exports_and_serves(case, data, tmp_pat
         assert served["text"]["predicted_tokens"][0, 1] != b""
 
 
+# Long enough after the first checkpoint (every 10 steps) that the kill, up to a second
+# later, lands before the run ends (40 steps raced it: the run had finished).
+KILLED_STEPS = 200
+
+
 @pytest.mark.slow  # three training processes
 def test_mlm_resumes_exactly_after_sigkill(data, tmp_path):
-    steps = 40
+    steps = KILLED_STEPS
     overrides = ("--config.data.eval_files=", "--config.train.keep_checkpoints=2")
     uninterrupted = str(tmp_path / "uninterrupted")
     _run(_command(data, uninterrupted, "mlm", *overrides, steps=steps))
@@ -170,17 +175,18 @@ def test_two_stage_freezes_the_generator_and_resumes_exactly_across_the_switch(d
     with open(tmp_path / "killed.log", "w") as log:
         process = subprocess.Popen(
             _command(data, killed, "electra", *TWO_STAGE, "--config.data.eval_files=",
-                     steps=40), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+                     steps=KILLED_STEPS), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         reliability._wait_for(lambda: reliability._checkpoint_steps(killed), process)  # pylint: disable=protected-access
         time.sleep(random.Random(os.getpid()).uniform(0.0, 1.0))
         process.kill()
         process.wait()
-    assert max(reliability._checkpoint_steps(killed), default=0) < 40  # pylint: disable=protected-access
+    assert max(reliability._checkpoint_steps(killed), default=0) < KILLED_STEPS  # pylint: disable=protected-access
     result = _run(_command(data, killed, "electra", *TWO_STAGE, "--config.data.eval_files=",
-                           steps=40))
+                           steps=KILLED_STEPS))
     assert "Resumed from" in result.stderr
     longer = str(tmp_path / "longer")
-    _run(_command(data, longer, "electra", *TWO_STAGE, "--config.data.eval_files=", steps=40))
+    _run(_command(data, longer, "electra", *TWO_STAGE, "--config.data.eval_files=",
+                  steps=KILLED_STEPS))
     reliability._assert_same_checkpoint(  # pylint: disable=protected-access
         tf.train.latest_checkpoint(os.path.join(killed, "checkpoints")),
         tf.train.latest_checkpoint(os.path.join(longer, "checkpoints")))
