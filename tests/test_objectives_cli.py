@@ -96,26 +96,32 @@ def test_objective_trains_resumes_exactly_exports_and_serves(case, data, tmp_pat
 KILLED_STEPS = 200
 
 
-@pytest.mark.slow  # three training processes
-def test_mlm_resumes_exactly_after_sigkill(data, tmp_path):
-    steps = KILLED_STEPS
-    overrides = ("--config.data.eval_files=", "--config.train.keep_checkpoints=2")
+def _killed_resumes_as_uninterrupted(data, tmp_path, objective, *overrides):
+    """A run of KILLED_STEPS steps, SIGKILLed at a random moment after its first
+    checkpoint, then the same command again, ends as the uninterrupted run does."""
     uninterrupted = str(tmp_path / "uninterrupted")
-    _run(_command(data, uninterrupted, "mlm", *overrides, steps=steps))
-    workdir = str(tmp_path / "run")
+    _run(_command(data, uninterrupted, objective, *overrides, steps=KILLED_STEPS))
+    workdir = str(tmp_path / "killed")
     with open(tmp_path / "killed.log", "w") as log:
-        process = subprocess.Popen(_command(data, workdir, "mlm", *overrides, steps=steps),
-                                   cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            _command(data, workdir, objective, *overrides, steps=KILLED_STEPS),
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         reliability._wait_for(lambda: reliability._checkpoint_steps(workdir), process)  # pylint: disable=protected-access
         time.sleep(random.Random(os.getpid()).uniform(0.0, 1.0))
         process.kill()
         process.wait()
-    assert max(reliability._checkpoint_steps(workdir), default=0) < steps  # pylint: disable=protected-access
-    assert "Resumed from" in _run(_command(data, workdir, "mlm", *overrides,
-                                           steps=steps)).stderr
+    assert max(reliability._checkpoint_steps(workdir), default=0) < KILLED_STEPS  # pylint: disable=protected-access
+    assert "Resumed from" in _run(_command(data, workdir, objective, *overrides,
+                                           steps=KILLED_STEPS)).stderr
     reliability._assert_same_checkpoint(  # pylint: disable=protected-access
         tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")),
         tf.train.latest_checkpoint(os.path.join(uninterrupted, "checkpoints")))
+
+
+@pytest.mark.slow  # three training processes
+def test_mlm_resumes_exactly_after_sigkill(data, tmp_path):
+    _killed_resumes_as_uninterrupted(data, tmp_path, "mlm", "--config.data.eval_files=",
+                                     "--config.train.keep_checkpoints=2")
 
 
 def test_resuming_with_another_objective_is_refused(tmp_path):
@@ -171,25 +177,8 @@ def test_two_stage_freezes_the_generator_and_resumes_exactly_across_the_switch(d
         tf.train.latest_checkpoint(os.path.join(halves, "checkpoints")), at_20)
 
     # SIGKILL once the first checkpoint (step 10, after the switch) exists.
-    killed = str(tmp_path / "killed")
-    with open(tmp_path / "killed.log", "w") as log:
-        process = subprocess.Popen(
-            _command(data, killed, "electra", *TWO_STAGE, "--config.data.eval_files=",
-                     steps=KILLED_STEPS), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        reliability._wait_for(lambda: reliability._checkpoint_steps(killed), process)  # pylint: disable=protected-access
-        time.sleep(random.Random(os.getpid()).uniform(0.0, 1.0))
-        process.kill()
-        process.wait()
-    assert max(reliability._checkpoint_steps(killed), default=0) < KILLED_STEPS  # pylint: disable=protected-access
-    result = _run(_command(data, killed, "electra", *TWO_STAGE, "--config.data.eval_files=",
-                           steps=KILLED_STEPS))
-    assert "Resumed from" in result.stderr
-    longer = str(tmp_path / "longer")
-    _run(_command(data, longer, "electra", *TWO_STAGE, "--config.data.eval_files=",
-                  steps=KILLED_STEPS))
-    reliability._assert_same_checkpoint(  # pylint: disable=protected-access
-        tf.train.latest_checkpoint(os.path.join(killed, "checkpoints")),
-        tf.train.latest_checkpoint(os.path.join(longer, "checkpoints")))
+    _killed_resumes_as_uninterrupted(data, tmp_path, "electra", *TWO_STAGE,
+                                     "--config.data.eval_files=")
 
 
 def test_conversion_takes_electra_runs_only(tmp_path):
