@@ -101,11 +101,11 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
     config.train.seed = 0                     # init, data order, sampling
     config.train.mixed_precision = "auto"     # auto|float32|bfloat16|float16 (auto: bf16 on
                                               # TPU and Ampere+ GPUs, fp16 older GPUs, fp32 CPU)
-    config.train.jit_compile = True           # XLA for the forward/backward pass
+    config.train.jit_compile = True           # XLA for the training step
     config.train.xla_scope = "auto"           # auto|whole_step|forward_backward: what XLA
-                                              # compiles (auto: the whole step on TPUs, the
-                                              # forward/backward pass elsewhere; whole_step
-                                              # on one device recompiles every step: slow)
+                                              # compiles (auto: the whole step on TPUs and
+                                              # one GPU, the forward/backward pass on CPUs
+                                              # and under mirrored/multi-worker strategies)
     config.train.accumulation_steps = 1       # N micro-batches per step (gradient
                                               # accumulation): less memory, same result
     config.train.remat = "none"               # none|blocks: recompute the transformer

@@ -102,10 +102,14 @@ class Trainer:
                                          name="skipped_steps")
         self.loss_scaling = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         self.xla_scope = xla_scope(config.train, strategy)
-        # XLA: the forward/backward pass (with jit_compile); TPUs compile every step whole.
-        # The whole replica step on one device only when asked (see `xla_scope`).
-        self._forward_backward = tf.function(self._forward_backward_fn,
-                                             jit_compile=config.train.jit_compile)
+        # XLA: the forward/backward pass (with jit_compile), or the whole replica step
+        # (see `xla_scope`). Inside a compiled whole step the pass is a plain call: a
+        # jit_compile function nested in another makes TF 2.21 pass every variable it
+        # reads as a compile-time constant, so the step would compile again at every
+        # step (`kind=constant-resource` in `TF_CPP_VMODULE=device_compiler=4`).
+        self._forward_backward = (
+            self._forward_backward_fn if self.xla_scope == "whole_step"
+            else tf.function(self._forward_backward_fn, jit_compile=config.train.jit_compile))
         self._forward = tf.function(self._forward_fn, jit_compile=config.train.jit_compile)
         self._step = (tf.function(self._replica_step, jit_compile=True)
                       if self.xla_scope == "whole_step" and not distribute.is_tpu(strategy)
@@ -345,16 +349,16 @@ REMAT = ("none", "blocks")
 
 
 def xla_scope(train_config, strategy) -> str:
-    """What XLA compiles of a training step: "forward_backward" (default off TPUs: the
-    all-reduce, clipping, optimizer update and metrics run as TensorFlow ops),
-    "whole_step" (TPUs, which compile every step whole; on one device only when asked),
-    or "none" (`jit_compile=False`).
+    """What XLA compiles of a training step: "whole_step" (the forward/backward pass,
+    all-reduce, clipping, optimizer update and metrics in one program), "forward_backward"
+    (the rest runs as TensorFlow ops) or "none" (`jit_compile=False`).
 
-    Why not the whole step by default on one device: TF 2.21 compiles a `jit_compile`
-    function that updates variables with the variables' values as compile-time constants
-    (`kind=constant-resource` in XLA's device_compiler log), so it compiles again at every
-    step: 15-18 s per step of the tiny model on 2 CPU cores, against 0.02 s. Asked for,
-    it runs (and a test compiles it, for the TPU's sake), but only to measure."""
+    `auto`: the whole step on TPUs (TPUStrategy compiles every step whole) and on one GPU
+    (the optimizer's few hundred small kernels and their launches stay out of the step);
+    the forward/backward pass on a CPU, where the whole step is 7% faster but holds
+    0.5 GiB more (Small, batch 32, BENCHMARKS.md "Memory"), and under Mirrored and
+    multi-worker strategies, which cannot compile the cross-device all-reduce and update.
+    """
     scope = train_config.get("xla_scope", "auto")
     if scope not in XLA_SCOPES:
         raise errors.UserError(f"config.train.xla_scope={scope!r}: choose one of "
@@ -366,12 +370,15 @@ def xla_scope(train_config, strategy) -> str:
             raise errors.UserError("config.train.xla_scope='whole_step' needs "
                                    "config.train.jit_compile=true")
         return "none"
+    one_device = isinstance(strategy, tf.distribute.OneDeviceStrategy)
     if scope == "whole_step":
-        if not isinstance(strategy, tf.distribute.OneDeviceStrategy):
+        if not one_device:
             raise errors.UserError(
                 f"config.train.xla_scope='whole_step' needs one device or a TPU; "
                 f"{type(strategy).__name__} compiles the forward/backward pass only "
                 "(use auto)")
+        return "whole_step"
+    if scope == "auto" and one_device and distribute.device_kind(strategy) == "gpu":
         return "whole_step"
     return "forward_backward"
 

@@ -377,6 +377,62 @@ def test_the_whole_step_compiles_with_xla_on_one_device(data, accumulation_steps
     assert "<=" not in hlo  # e.g. f32[<=8,32]: a dynamic dimension TPUs cannot take
 
 
+# Trains the whole step on one device for 3 + 12 steps (two loops), in float32 and in
+# float16 with loss scaling (auto's choice on older GPUs; its first steps overflow and are
+# skipped while the loss scale comes down), with XLA's compilations logged.
+_WHOLE_STEP_SCRIPT = r"""
+import importlib.util, os, sys
+import numpy as np
+import tensorflow as tf
+from electra_tf.training import distribute, loop
+sys.path.insert(0, "tools")
+import benchmark
+spec = importlib.util.spec_from_file_location("c", os.path.join("configs", "electra.py"))
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+for precision in ("float32", "float16"):
+    config = module.get_config("tiny")
+    config.data.max_seq_length, config.train.batch_size = 32, 4
+    config.train.xla_scope, config.train.mixed_precision = "whole_step", precision
+    config.train.warmup_steps = 1
+    config.runtime.strategy = "one_device"
+    strategy = distribute.get_strategy(config.runtime)
+    examples = benchmark.synthetic_examples(4, 32, 5, 40)
+    dataset = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensors(examples).repeat())
+    trainer = loop.Trainer(config, strategy, 40, 5)
+    before = [v.numpy().copy() for v in trainer.model.trainable_variables]
+    iterator = iter(dataset)
+    trainer.train_loop(iterator, tf.constant(3))
+    trainer.train_loop(iterator, tf.constant(12))
+    moved = any(not np.array_equal(b, v.numpy())
+                for b, v in zip(before, trainer.model.trainable_variables))
+    print("RESULT", precision, trainer.xla_scope, int(trainer.step.numpy()), moved,
+          trainer.nonfinite_step(), int(trainer.skipped_steps.numpy()), flush=True)
+"""
+
+
+def test_the_whole_step_compiles_once():
+    """The whole step compiled once and reused at every step (it compiled again at every
+    step while the forward/backward pass inside it was a jit_compile function of its
+    own: TF then passed every variable as a compile-time constant)."""
+    result = subprocess.run(
+        [sys.executable, "-c", _WHOLE_STEP_SCRIPT], cwd=REPO, capture_output=True,
+        text=True, timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0",
+             "TF_CPP_VMODULE": "device_compiler=1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = [line.split()[1:] for line in result.stdout.splitlines()
+               if line.startswith("RESULT")]
+    assert [r[:5] for r in results] == [["float32", "whole_step", "15", "True", "None"],
+                                        ["float16", "whole_step", "15", "True", "None"]], (
+        result.stdout)
+    assert results[0][5] == "0" and int(results[1][5]) < 13, result.stdout  # skipped steps
+    compilations = result.stderr.count("Compilation of XLA executable")
+    assert compilations == 2, result.stderr[-3000:]  # one per precision, not one per step
+    assert "kind=constant-resource" not in result.stderr
+
+
 def test_unreachable_tpu_address_is_a_one_line_error():
     """A grpc:// address nothing listens on: UserError naming the key, not a hang inside
     initialize_tpu_system."""
