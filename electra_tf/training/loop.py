@@ -106,7 +106,7 @@ class Trainer:
         # (see `xla_scope`). Inside a compiled whole step the pass is a plain call: a
         # jit_compile function nested in another makes TF 2.21 pass every variable it
         # reads as a compile-time constant, so the step would compile again at every
-        # step (`kind=constant-resource` in `TF_CPP_VMODULE=device_compiler=4`).
+        # step (`kind=constant-resource` in `TF_CPP_VMODULE=device_compiler=3`).
         self._forward_backward = (
             self._forward_backward_fn if self.xla_scope == "whole_step"
             else tf.function(self._forward_backward_fn, jit_compile=config.train.jit_compile))
@@ -325,12 +325,15 @@ class Trainer:
             loss = self.objective.total(values)
             return loss, [tf.convert_to_tensor(g) for g in grads]
 
-        @tf.function
         def run(dist_batch, step):
             loss, grads = self.strategy.run(replica_fn, args=(dist_batch, step))
             return (self.strategy.reduce(SUM, loss, axis=None),
                     [self.strategy.experimental_local_results(g)[0] for g in grads])
-        return run(dist_batch, tf.constant(step, tf.int64))
+        # Compiled as the step is: whole (XLA over the pass, the counts and the sum) where
+        # the step is compiled whole off TPUs; else its forward/backward pass is.
+        whole = self.xla_scope == "whole_step" and not distribute.is_tpu(self.strategy)
+        return tf.function(run, jit_compile=whole or None)(dist_batch,
+                                                          tf.constant(step, tf.int64))
 
 
 def _add_gradient(total, gradient):
@@ -354,7 +357,8 @@ def xla_scope(train_config, strategy) -> str:
     (the rest runs as TensorFlow ops) or "none" (`jit_compile=False`).
 
     `auto`: the whole step on TPUs (TPUStrategy compiles every step whole) and on one GPU
-    (the optimizer's few hundred small kernels and their launches stay out of the step);
+    (expected to pay there: the optimizer's few hundred small kernels and their launches
+    leave the step; not yet measured on a GPU);
     the forward/backward pass on a CPU, where the whole step is 7% faster but holds
     0.5 GiB more (Small, batch 32, BENCHMARKS.md "Memory"), and under Mirrored and
     multi-worker strategies, which cannot compile the cross-device all-reduce and update.

@@ -24,6 +24,7 @@ def _config(**train):
     config.train.warmup_steps = 1  # the first update already moves the weights
     config.train.mixed_precision = "float32"
     config.runtime.strategy = "one_device"
+    config.train.xla_scope = "forward_backward"  # auto's choice on CPU (whole_step on a GPU)
     config.train.update(train)
     return config
 

@@ -377,9 +377,10 @@ def test_the_whole_step_compiles_with_xla_on_one_device(data, accumulation_steps
     assert "<=" not in hlo  # e.g. f32[<=8,32]: a dynamic dimension TPUs cannot take
 
 
-# Trains the whole step on one device for 3 + 12 steps (two loops), in float32 and in
-# float16 with loss scaling (auto's choice on older GPUs; its first steps overflow and are
-# skipped while the loss scale comes down), with XLA's compilations logged.
+# Trains the whole step on one device for 3 + 12 steps (two loops): in float32; in float16
+# with loss scaling (auto's choice on older GPUs; its first steps overflow and are skipped
+# while the loss scale comes down); and two_stage (a step per stage) with 2 micro-batches.
+# XLA's compilations and their arguments are logged.
 _WHOLE_STEP_SCRIPT = r"""
 import importlib.util, os, sys
 import numpy as np
@@ -390,11 +391,16 @@ import benchmark
 spec = importlib.util.spec_from_file_location("c", os.path.join("configs", "electra.py"))
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-for precision in ("float32", "float16"):
+for precision, algorithm in (("float32", "joint"), ("float16", "joint"),
+                             ("float32", "two_stage")):
     config = module.get_config("tiny")
     config.data.max_seq_length, config.train.batch_size = 32, 4
     config.train.xla_scope, config.train.mixed_precision = "whole_step", precision
     config.train.warmup_steps = 1
+    if algorithm == "two_stage":
+        config.train.algorithm, config.train.two_stage_generator_steps = algorithm, 3
+        config.train.accumulation_steps = 2
+        config.model.generator_hidden_fraction = 1.0  # its generator becomes the discriminator
     config.runtime.strategy = "one_device"
     strategy = distribute.get_strategy(config.runtime)
     examples = benchmark.synthetic_examples(4, 32, 5, 40)
@@ -403,11 +409,13 @@ for precision in ("float32", "float16"):
     trainer = loop.Trainer(config, strategy, 40, 5)
     before = [v.numpy().copy() for v in trainer.model.trainable_variables]
     iterator = iter(dataset)
+    trainer.start_loop(0)
     trainer.train_loop(iterator, tf.constant(3))
+    trainer.start_loop(3)  # two_stage: the discriminator's stage from here
     trainer.train_loop(iterator, tf.constant(12))
     moved = any(not np.array_equal(b, v.numpy())
                 for b, v in zip(before, trainer.model.trainable_variables))
-    print("RESULT", precision, trainer.xla_scope, int(trainer.step.numpy()), moved,
+    print("RESULT", precision, algorithm, trainer.xla_scope, int(trainer.step.numpy()), moved,
           trainer.nonfinite_step(), int(trainer.skipped_steps.numpy()), flush=True)
 """
 
@@ -419,17 +427,19 @@ def test_the_whole_step_compiles_once():
     result = subprocess.run(
         [sys.executable, "-c", _WHOLE_STEP_SCRIPT], cwd=REPO, capture_output=True,
         text=True, timeout=600,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0",
-             "TF_CPP_VMODULE": "device_compiler=1"})
+        env=_env(TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="device_compiler=3"))
     assert result.returncode == 0, result.stderr[-3000:]
     results = [line.split()[1:] for line in result.stdout.splitlines()
                if line.startswith("RESULT")]
-    assert [r[:5] for r in results] == [["float32", "whole_step", "15", "True", "None"],
-                                        ["float16", "whole_step", "15", "True", "None"]], (
-        result.stdout)
-    assert results[0][5] == "0" and int(results[1][5]) < 13, result.stdout  # skipped steps
-    compilations = result.stderr.count("Compilation of XLA executable")
-    assert compilations == 2, result.stderr[-3000:]  # one per precision, not one per step
+    assert [r[:6] for r in results] == [
+        ["float32", "joint", "whole_step", "15", "True", "None"],
+        ["float16", "joint", "whole_step", "15", "True", "None"],
+        ["float32", "two_stage", "whole_step", "15", "True", "None"]], result.stdout
+    assert results[0][6] == "0" and int(results[1][6]) < 13, result.stdout  # skipped steps
+    # One compilation per run (two_stage: one per stage), not one per step.
+    assert result.stderr.count("Compilation of XLA executable") == 4, result.stderr[-3000:]
+    # The variables are arguments, not constants baked into the program.
+    assert "kind=resource name=" in result.stderr
     assert "kind=constant-resource" not in result.stderr
 
 
