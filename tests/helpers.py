@@ -11,6 +11,18 @@ from electra_tf.data import writer
 from electra_tf.text import corpus
 from electra_tf.text import tokenizer
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_tool(tool, *args, timeout=600):
+    """`python tools/<tool> ARGS` from the checkout's root, with this checkout's electra_tf
+    first on the path (wherever the package is installed); the CompletedProcess."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, os.path.join(ROOT, "tools", tool), *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
 SERVING_SEQ = 16  # max_seq_length of the run the serving tests share (serving/conftest.py)
 WORDS = ("the cat dog sat ran on under a mat log big small red blue and then it was "
          "very happy sad tree house").split()

@@ -5,8 +5,6 @@ and the FLOP formula behind the MFU."""
 import glob
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -17,17 +15,12 @@ from electra_tf.model import sizes
 from configs import electra as electra_configs  # pylint: disable=g-bad-import-order
 from tests import helpers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A tiny model, one or two steps, a small matmul peak and no XLA: a few seconds of work.
 TINY = ["--config=configs/electra.py:tiny", "--batch_size=4", "--seq_len=32",
         "--warmup_steps=1", "--matmul_size=256", "--config.train.jit_compile=false"]
 
 
-def run_tool(tool, *args):
-    env = dict(os.environ)  # this checkout's electra_tf, wherever it is installed
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
-    return subprocess.run([sys.executable, os.path.join(ROOT, "tools", tool), *args],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+run_tool = helpers.run_tool  # `python tools/<tool> ARGS` with this checkout's electra_tf
 
 
 def last_json_line(result):

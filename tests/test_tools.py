@@ -2,19 +2,14 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from tests import helpers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 def run(tool, *args):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "tools", tool), *args],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return helpers.run_tool(tool, *args, timeout=300)
 
 
 @pytest.fixture(scope="module")

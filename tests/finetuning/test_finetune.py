@@ -241,9 +241,8 @@ def test_binary_resumes_and_refuses_bad_input(pretrained, tmp_path):
     steps = [e["step"] for e in json.load(open(os.path.join(workdir, "results.json")))
              ["evaluations"]]
     assert steps == [3, 6]
-    export = subprocess.run([sys.executable, "tools/export_savedmodel.py",
-                             f"--workdir={workdir}", f"--output={tmp_path}/models/7"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    export = helpers.run_tool("export_savedmodel.py", f"--workdir={workdir}",
+                              f"--output={tmp_path}/models/7")
     assert export.returncode == 0, export.stderr[-3000:]
     assert "signatures: serving_default, serving_ids" in export.stdout
     assert "sst2's model from" in export.stderr

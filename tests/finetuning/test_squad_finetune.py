@@ -231,9 +231,8 @@ def test_tiny_model_learns_squad_with_the_defaults_and_its_export_answers(pretra
         want["answer"], want["start"], want["end"])
     assert rest["no_answer_score"][0] < -2.75 and rest["score"][0] > -1.0
 
-    export = subprocess.run([sys.executable, "tools/export_savedmodel.py",
-                             f"--workdir={workdir}", f"--output={tmp_path}/models/3"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    export = helpers.run_tool("export_savedmodel.py", f"--workdir={workdir}",
+                              f"--output={tmp_path}/models/3")
     assert export.returncode == 0, export.stderr[-3000:]
     assert "signatures: serving_default;" in export.stdout
     assert "squad2's model from" in export.stderr

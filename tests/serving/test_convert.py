@@ -7,8 +7,6 @@ import json
 import math
 import os
 import re
-import subprocess
-import sys
 
 import keras
 import keras_hub
@@ -455,8 +453,7 @@ def test_outputs_are_checked(original, weights, tmp_path):
 
 # ------------------------------------------------------------------ the tool
 def _tool(*args):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "tools", "convert_checkpoint.py"),
-                           *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return helpers.run_tool("convert_checkpoint.py", *args, timeout=300)
 
 
 def test_tool_converts_and_refuses_in_one_line(original, tmp_path):

@@ -8,8 +8,6 @@ outputs are compared with the in-process model.
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -171,10 +169,8 @@ def test_a_crash_mid_export_leaves_no_version_and_the_next_export_works(run, tmp
 @pytest.mark.slow  # an export process; export_run itself is tested in process above
 def test_export_tool(run, tmp_path):
     output = str(tmp_path / "models" / "electra" / "3")
-    result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "tools", "export_savedmodel.py"),
-         f"--workdir={run['workdir']}", f"--output={output}", "--max_seq_length=12"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    result = helpers.run_tool("export_savedmodel.py", f"--workdir={run['workdir']}",
+                              f"--output={output}", "--max_seq_length=12", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "needs TF Serving >= 2.12" in result.stdout
     # Progress: each signature traced, with an ETA, then the write.
@@ -183,10 +179,8 @@ def test_export_tool(run, tmp_path):
     loaded = tf.saved_model.load(output)
     out = loaded.signatures["serving_default"](text=tf.constant(["the cat"]))
     assert out["replaced_probability"].shape == (1, 12)
-    bad = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "tools", "export_savedmodel.py"),
-         f"--workdir={run['workdir']}", f"--output={output}"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    bad = helpers.run_tool("export_savedmodel.py", f"--workdir={run['workdir']}",
+                           f"--output={output}", timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error:")
 
 
