@@ -182,7 +182,6 @@ def run_local_workers(command, log_dir, num_workers=2, timeout=480) -> list[str]
     TF_CONFIG each, on free ports) from the repository's root; returns each worker's
     log. Fails the test on a timeout or a non-zero exit, with the logs."""
     from tests.training import test_distribute as td  # pylint: disable=g-import-not-at-top
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     workers = [f"127.0.0.1:{td._free_port()}" for _ in range(num_workers)]  # pylint: disable=protected-access
     procs, logs = [], []
     for index in range(num_workers):
@@ -190,7 +189,7 @@ def run_local_workers(command, log_dir, num_workers=2, timeout=480) -> list[str]
         logs.append(os.path.join(log_dir, f"worker_{index}.log"))
         with open(logs[-1], "w") as out:
             procs.append(subprocess.Popen(
-                command, cwd=root, stdout=out, stderr=subprocess.STDOUT,
+                command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                 env=td._env(TF_CONFIG=json.dumps(tf_config))))  # pylint: disable=protected-access
     td._wait_all(procs, logs, timeout=timeout)  # pylint: disable=protected-access
     return [td._tail(log, 400) for log in logs]  # pylint: disable=protected-access

@@ -111,9 +111,10 @@ class Trainer:
             self._forward_backward_fn if self.xla_scope == "whole_step"
             else tf.function(self._forward_backward_fn, jit_compile=config.train.jit_compile))
         self._forward = tf.function(self._forward_fn, jit_compile=config.train.jit_compile)
+        # We compile the whole step ourselves (TPUStrategy compiles it by itself).
+        self._jit_whole_step = self.xla_scope == "whole_step" and not distribute.is_tpu(strategy)
         self._step = (tf.function(self._replica_step, jit_compile=True)
-                      if self.xla_scope == "whole_step" and not distribute.is_tpu(strategy)
-                      else self._replica_step)
+                      if self._jit_whole_step else self._replica_step)
         self.stage = self.algorithm.stage(0)  # host state: `start_loop` sets it
         self._train_loops = {}  # one compiled loop per stage of the algorithm
         self.eval_batch = tf.function(self._eval_batch_fn)
@@ -330,10 +331,9 @@ class Trainer:
             return (self.strategy.reduce(SUM, loss, axis=None),
                     [self.strategy.experimental_local_results(g)[0] for g in grads])
         # Compiled as the step is: whole (XLA over the pass, the counts and the sum) where
-        # the step is compiled whole off TPUs; else its forward/backward pass is.
-        whole = self.xla_scope == "whole_step" and not distribute.is_tpu(self.strategy)
-        return tf.function(run, jit_compile=whole or None)(dist_batch,
-                                                          tf.constant(step, tf.int64))
+        # we compile the step whole; else its forward/backward pass is.
+        return tf.function(run, jit_compile=self._jit_whole_step or None)(
+            dist_batch, tf.constant(step, tf.int64))
 
 
 def _add_gradient(total, gradient):
