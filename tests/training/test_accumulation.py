@@ -187,3 +187,17 @@ def test_gradients_add_dense_sliced_and_absent():
     np.testing.assert_array_equal(loop._add_gradient(total, 2 * total).numpy(),
                                   3 * np.ones([4, 2]))
     assert loop._add_gradient(total, None) is total
+
+
+def test_the_steps_ops_keep_short_stacks(plain):
+    """The training loop traces its step under `tracebacks.short_tracebacks()`: the
+    compiled pass's ops keep ours and TF's graph-building frames, not Keras's (each kept
+    frame stays in memory after XLA's compilation)."""
+    trainer = plain[0]
+    (pass_fn,) = trainer._forward_backward._list_all_concrete_functions()
+    ops = [op for op in pass_fn.graph.get_operations() if op.type == "BatchMatMulV2"]
+    assert ops
+    for op in ops:
+        files = [frame.filename for frame in op.traceback]
+        assert any("/electra_tf/" in f for f in files), files
+        assert not any("/keras/" in f or "/keras_hub/" in f for f in files), files
