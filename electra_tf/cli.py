@@ -15,8 +15,31 @@ import sys
 
 # TF's C++ start-up chatter (no CUDA here, oneDNN notes) hides the tool's own output.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Where TF turns oneDNN on (by itself on CPUs with AVX512_VNNI, AVX512_BF16 or AMX), its
+# allocator pools every large buffer for the life of the process: the step's working set
+# stays resident between steps, 1 GiB more for Small at batch 32. With this, those buffers
+# come from malloc and go back after each step, at the same speed (BENCHMARKS.md,
+# "Memory"). Read when TF starts; a value the user set is kept.
+os.environ.setdefault("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
 
 from electra_tf.training import memory  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def _is_our_tool(main_module) -> bool:
+    """Whether `__main__` is one of this project's tools (tools/*.py, `python -m
+    electra_tf.train`), not a test runner or a user's program that imports electra_tf."""
+    path = getattr(main_module, "__file__", None)
+    if not path:
+        return False
+    root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    return os.path.realpath(path).startswith(
+        (os.path.join(root, "tools", ""), os.path.join(root, "electra_tf", "")))
+
+
+# A tool restarts itself once, before TF is imported, with malloc asking for huge pages
+# (training/memory.py: the step's buffers come without ~0.5M page faults a step).
+if _is_our_tool(sys.modules.get("__main__")):
+    memory.restart_with_huge_pages()
 
 # Two malloc arenas instead of up to 8 per core: less freed memory kept apart, at the same
 # speed (BENCHMARKS.md, "Memory"); before TF starts its threads.

@@ -12,6 +12,7 @@ from electra_tf import model_config
 from electra_tf import profiling
 from electra_tf.model import flops
 from electra_tf.model import sizes
+from electra_tf.training import memory
 from configs import electra as electra_configs  # pylint: disable=g-bad-import-order
 from tests import helpers
 
@@ -87,6 +88,13 @@ def test_train_benchmark_prints_one_json_line_last_and_profiles(tmp_path):
         results["achieved_flops"] / results["mfu_peak_flops"], abs=1e-4)
     assert set(results["versions"]) >= {"tensorflow", "keras", "keras_hub",
                                          "tensorflow_text", "python"}
+    # The tool restarted with malloc's huge pages where the kernel gives them on request.
+    restarted = memory.huge_pages_environment(os.environ) or os.environ
+    assert results["glibc_tunables"] == restarted.get("GLIBC_TUNABLES")
+    # The tool asks oneDNN (where TF runs it) for malloc's memory, not its pool.
+    assert results["onednn_system_allocator"] == os.environ.get(
+        "TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
+    assert results["onednn"] in (True, False)
     # Memory by stage: [resident after it, peak during it], in the order the stages ran;
     # the process's peak is the highest stage peak.
     stages = results["memory_by_stage_mib"]

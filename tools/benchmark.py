@@ -369,11 +369,12 @@ def _real_data(config):
 
 
 def _timed_loop(trainer, iterator, num_steps: int) -> float:
-    """Seconds for one `train_loop` call of `num_steps` steps. After it, untimed, the
-    allocator's free memory goes back to the OS, as the training loop does after each
-    loop (training/memory.py)."""
+    """Seconds for one loop of `num_steps` steps, run as training runs it
+    (`Trainer.run_loop`: the first loop compiles). After it, untimed, the allocator's free
+    memory goes back to the OS, as the training loop does after each loop
+    (training/memory.py)."""
     start = time.perf_counter()
-    trainer.train_loop(iterator, tf.constant(num_steps))
+    trainer.run_loop(iterator, num_steps)
     int(trainer.step.numpy())  # waits for the loop
     seconds = time.perf_counter() - start
     memory_lib.release()
@@ -589,6 +590,19 @@ def _versions():
             "python": platform.python_version()}
 
 
+def _cpu_allocation():
+    """What decides where the step's buffers come from on a CPU: whether TF runs oneDNN
+    (its own choice by CPU, or TF_ENABLE_ONEDNN_OPTS), and whether oneDNN's allocator pools
+    them or takes them from malloc (TF_ONEDNN_USE_SYSTEM_ALLOCATOR, set by cli.py)."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+        onednn = bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):  # not in TF's public API: may go away
+        onednn = None
+    return {"onednn": onednn,
+            "onednn_system_allocator": os.environ.get("TF_ONEDNN_USE_SYSTEM_ALLOCATOR")}
+
+
 def _status_mib(field: str) -> int | None:
     """A memory figure of /proc/self/status (VmRSS: resident now, VmHWM: its peak) in
     MiB, or None where /proc is missing (macOS)."""
@@ -666,6 +680,11 @@ def main(argv):
         "rss_at_end_mib": _status_mib("VmRSS"),  # between steps: without a step's peak
         "device": _device(),
         "versions": _versions(),
+        # What shapes the allocator's speed and memory on a CPU: glibc's huge pages
+        # (training/memory.py restarts the tool with them) and TF's oneDNN switches.
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
+        "tf_enable_onednn_opts": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+        **_cpu_allocation(),
     })
     sys.stdout.flush()
     print(json.dumps(results))

@@ -137,3 +137,39 @@ def test_out_of_memory_names_the_batch_and_length_and_keeps_the_checkpoint(tmp_p
     assert "config.train.batch_size=4 at config.data.max_seq_length=32" in text
     assert "config.train.accumulation_steps" in text and "remat=blocks" in text
     assert "last checkpoint is kept (none yet)" in text and "\n" not in text
+
+
+def test_the_first_loop_runs_its_compiling_step_alone_under_trimming(monkeypatch):
+    """Trainer.run_loop: the first loop of a stage runs its first step (the one that
+    traces and compiles) in a call of its own under memory.trimming(), later loops in one
+    call; the steps and their results are those of a single call."""
+    from electra_tf.training import memory
+    trimmed = []  # the trainer's step when each trimming() block began and ended
+    real = memory.trimming
+
+    class Recording:
+        def __init__(self, trainer):
+            self.trainer = trainer
+
+        def __call__(self, *args, **kwargs):
+            import contextlib
+
+            @contextlib.contextmanager
+            def block():
+                start = int(self.trainer.step.numpy())
+                with real(*args, **kwargs):
+                    yield
+                trimmed.append((start, int(self.trainer.step.numpy())))
+            return block()
+
+    split, split_iterator = _trainer()
+    monkeypatch.setattr(loop.memory, "trimming", Recording(split))
+    split.run_loop(split_iterator, 5)
+    split.run_loop(split_iterator, 3)
+    assert int(split.step.numpy()) == 8
+    assert trimmed == [(0, 1)]  # the first step alone, once
+
+    whole, whole_iterator = _trainer()
+    assert _run(whole, whole_iterator, 8) == 8
+    for a, b in zip(split.model.trainable_variables, whole.model.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)

@@ -51,3 +51,105 @@ def test_release_returns_the_memory_malloc_kept_after_free():
 @linux
 def test_limit_arenas_is_accepted_by_glibc():
     assert memory.limit_arenas(2) is True  # mallopt's 1: the setting took
+
+
+def _thp(tmp_path, mode):
+    path = tmp_path / "enabled"
+    path.write_text({"madvise": "always [madvise] never\n", "always": "[always] madvise never\n",
+                     "never": "always madvise [never]\n"}[mode])
+    return str(path)
+
+
+@linux
+def test_huge_pages_are_asked_for_only_where_the_kernel_gives_them_on_request(tmp_path):
+    if memory._LIBC is None or memory._glibc_version() < (2, 35):
+        pytest.skip("glibc before 2.35 does not read glibc.malloc.hugetlb")
+    environ = {"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}
+    restart = memory.huge_pages_environment(environ, _thp(tmp_path, "madvise"))
+    # the user's other tunables are kept, and nothing else changes
+    assert restart == {"PATH": "/bin",
+                       "GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"}
+    assert memory.huge_pages_environment({}, _thp(tmp_path, "madvise")) == {
+        "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    # [always]: malloc gets them anyway; [never]: nothing to gain; no such file
+    assert memory.huge_pages_environment({}, _thp(tmp_path, "always")) is None
+    assert memory.huge_pages_environment({}, _thp(tmp_path, "never")) is None
+    assert memory.huge_pages_environment({}, str(tmp_path / "missing")) is None
+    # the user's own choice, on or off, stays (and a restarted process does not restart)
+    for chosen in ("glibc.malloc.hugetlb=0", "glibc.malloc.hugetlb=1"):
+        assert memory.huge_pages_environment({"GLIBC_TUNABLES": chosen},
+                                             _thp(tmp_path, "madvise")) is None
+
+
+@linux
+def test_a_tool_restarts_once_with_huge_pages_in_the_same_process():
+    """A process whose __main__ is one of our tools restarts (execve: same pid) when cli
+    is imported, with the tunable set; a test runner's or a user's program does not."""
+    import os
+    import subprocess
+
+    from tests import helpers
+
+    code = ("import os, sys; print('start', os.getpid(), flush=True); "
+            "sys.modules['__main__'].__file__ = sys.argv[1]; "
+            "import electra_tf.cli; print('tunables', os.environ.get('GLIBC_TUNABLES'))")
+    tool = os.path.join(helpers.ROOT, "tools", "benchmark.py")
+    other = os.path.join(helpers.ROOT, "tests", "user_program.py")
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    runs = {}
+    for main in (tool, other):
+        out = subprocess.run([sys.executable, "-c", code, main], env=env, cwd=helpers.ROOT,
+                             capture_output=True, text=True, check=True).stdout.split("\n")
+        runs[main] = [line for line in out if line]
+    starts = [line for line in runs[tool] if line.startswith("start")]
+    if memory.huge_pages_environment(env) is None:  # this machine: nothing to ask for
+        assert len(starts) == 1 and runs[tool][-1] == "tunables None"
+    else:
+        assert len(starts) == 2 and starts[0] == starts[1]  # same pid: exec, not a child
+        assert runs[tool][-1] == "tunables glibc.malloc.hugetlb=1"
+    assert runs[other] == [runs[other][0], "tunables None"]
+
+
+_ONEDNN_BUFFER = """
+import json, sys
+import electra_tf.cli  # what every tool imports first
+import tensorflow as tf
+
+def rss_mib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS:"))
+
+before = rss_mib()
+x = tf.fill([128, 1024, 1024], 1.0)  # 512 MiB through TF's CPU allocator
+held = rss_mib()
+total = float(tf.reduce_sum(x))
+del x
+print(json.dumps({"grown": held - before, "kept": rss_mib() - before, "total": total}))
+"""
+
+
+@linux
+@pytest.mark.parametrize("setting", [None, "0"])
+def test_onednn_buffers_go_back_to_the_os_under_the_tools_setting(setting):
+    """With oneDNN on (TF's own choice on CPUs with AVX512_VNNI, AVX512_BF16 or AMX; forced
+    here), its allocator pools freed buffers unless cli.py's default sends them to malloc,
+    which hands a large one back at once: the step's working set is not held between steps.
+    `TF_ONEDNN_USE_SYSTEM_ALLOCATOR=0` (the pool) is the control."""
+    import json
+    import os
+    import subprocess
+
+    from tests import helpers
+
+    env = {k: v for k, v in os.environ.items() if k != "TF_ONEDNN_USE_SYSTEM_ALLOCATOR"}
+    env.update(TF_ENABLE_ONEDNN_OPTS="1", TF_CPP_MIN_LOG_LEVEL="2",
+               **({"TF_ONEDNN_USE_SYSTEM_ALLOCATOR": setting} if setting else {}))
+    out = subprocess.run([sys.executable, "-c", _ONEDNN_BUFFER], env=env, cwd=helpers.ROOT,
+                         capture_output=True, text=True, check=True, timeout=300).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["total"] == 128 * 1024 * 1024
+    assert result["grown"] > 400, result  # the buffer was resident
+    if setting is None:
+        assert result["kept"] < 100, result
+    else:
+        assert result["kept"] > 400, result
