@@ -26,14 +26,20 @@ from electra_tf.training import memory  # pylint: disable=g-import-not-at-top,wr
 
 
 def _is_our_tool(main_module) -> bool:
-    """Whether `__main__` is one of this project's tools (tools/*.py, `python -m
-    electra_tf.train`), not a test runner or a user's program that imports electra_tf."""
+    """Whether `__main__` is one of this project's tools (`python tools/X.py` from a
+    checkout, `python -m electra_tf.train`), not a test runner, a debugger or a user's
+    program that imports electra_tf."""
+    if sys.gettrace() is not None:  # pdb, debugpy: a restart would lose the session
+        return False
+    spec = getattr(main_module, "__spec__", None)
+    if spec is not None and (spec.name or "").startswith("electra_tf."):
+        return True
     path = getattr(main_module, "__file__", None)
     if not path:
         return False
-    root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-    return os.path.realpath(path).startswith(
-        (os.path.join(root, "tools", ""), os.path.join(root, "electra_tf", "")))
+    folder = os.path.dirname(os.path.realpath(path))
+    return (os.path.basename(folder) == "tools"
+            and os.path.isdir(os.path.join(os.path.dirname(folder), "electra_tf")))
 
 
 # A tool restarts itself once, before TF is imported, with malloc asking for huge pages

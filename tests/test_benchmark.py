@@ -94,7 +94,7 @@ def test_train_benchmark_prints_one_json_line_last_and_profiles(tmp_path):
     # The tool asks oneDNN (where TF runs it) for malloc's memory, not its pool.
     assert results["onednn_system_allocator"] == os.environ.get(
         "TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
-    assert results["onednn"] in (True, False)
+    assert results["onednn"] in (True, False, None)  # None: TF's internal API went away
     # Memory by stage: [resident after it, peak during it], in the order the stages ran;
     # the process's peak is the highest stage peak.
     stages = results["memory_by_stage_mib"]

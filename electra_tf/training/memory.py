@@ -21,14 +21,15 @@ working set comes on top of it (BENCHMARKS.md, "Memory"). Two calls reach that m
   malloc asks the kernel for transparent huge pages. XLA frees the step's working set
   (1.3 GiB for Small at batch 32) after each step and malloc maps it afresh at the next:
   with 4 KiB pages that is ~0.5M page faults a step. With huge pages the benchmark's
-  run took 1.6M page faults instead of 6.7M and its steps were 15-27% faster on a
+  run took 1.6M page faults instead of 6.7M and its steps were 17-28% faster on a
   2-core AVX2 machine (BENCHMARKS.md, "oneDNN's pool, traced stacks, huge pages"). Only
   where the kernel gives huge pages on request (`transparent_hugepage/enabled` is
   `[madvise]`; with `[always]` malloc gets them anyway) and glibc reads the tunable
   (2.35 and newer). A `GLIBC_TUNABLES` that already
   names `glibc.malloc.hugetlb` is the user's choice and is kept (`=0` turns this off).
 
-All of them do nothing (and return False) where the C library is not glibc (macOS, musl).
+All of them do nothing where the C library is not glibc (macOS, musl); `release()` and
+`limit_arenas()` then return False.
 
     >>> isinstance(release(), bool)
     True
@@ -125,6 +126,10 @@ def restart_with_huge_pages() -> None:
     environ = huge_pages_environment()
     if environ is None:
         return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(sys.executable, sys.orig_argv, environ)
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    try:
+        os.execve(sys.executable, sys.orig_argv, environ)
+    except OSError:  # no restart: the tool runs on, with 4 KiB pages
+        pass

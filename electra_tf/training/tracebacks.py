@@ -2,7 +2,7 @@
 
 TF keeps, for every graph op, the Python stack that created it (for error messages).
 XLA's compilation turns each compiled op's stack into strings that stay for the life of
-the process: about 80 frames an op, 260 MB of resident memory for ELECTRA-Small's
+the process: about 80 frames an op, about 0.2 GiB of resident memory for ELECTRA-Small's
 training step, most of the frames TF's, Keras's and keras-hub's own (BENCHMARKS.md,
 "Memory"). Ops traced inside `short_tracebacks()` drop the frames of those libraries'
 files, and keep ours, the script's and TF's graph-building ones (about 20 an op).
