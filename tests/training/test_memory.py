@@ -135,6 +135,7 @@ print(json.dumps({"grown": held - before, "kept": rss_mib() - before, "total": t
 
 
 @linux
+@pytest.mark.slow  # two TF processes (25 s): the fast suite is near its 20 minutes
 @pytest.mark.parametrize("setting", [None, "0"])
 def test_onednn_buffers_go_back_to_the_os_under_the_tools_setting(setting):
     """With oneDNN on (TF's own choice on CPUs with AVX512_VNNI, AVX512_BF16 or AMX; forced
