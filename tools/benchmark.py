@@ -591,15 +591,19 @@ def _versions():
 
 
 def _cpu_allocation():
-    """What decides where the step's buffers come from on a CPU: whether TF runs oneDNN
-    (its own choice by CPU, or TF_ENABLE_ONEDNN_OPTS), and whether oneDNN's allocator pools
-    them or takes them from malloc (TF_ONEDNN_USE_SYSTEM_ALLOCATOR, set by cli.py)."""
+    """What shapes the allocator's speed and memory on a CPU: glibc's tunables (huge pages:
+    training/memory.py restarts the tool with them), whether TF runs oneDNN (its own
+    choice by CPU, or TF_ENABLE_ONEDNN_OPTS), and whether oneDNN's allocator pools the
+    step's buffers or takes them from malloc (TF_ONEDNN_USE_SYSTEM_ALLOCATOR, set by
+    cli.py)."""
     try:
         from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
         onednn = bool(_pywrap_util_port.IsMklEnabled())
     except (ImportError, AttributeError):  # not in TF's public API: may go away
         onednn = None
-    return {"onednn": onednn,
+    return {"glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
+            "tf_enable_onednn_opts": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+            "onednn": onednn,
             "onednn_system_allocator": os.environ.get("TF_ONEDNN_USE_SYSTEM_ALLOCATOR")}
 
 
@@ -680,10 +684,6 @@ def main(argv):
         "rss_at_end_mib": _status_mib("VmRSS"),  # between steps: without a step's peak
         "device": _device(),
         "versions": _versions(),
-        # What shapes the allocator's speed and memory on a CPU: glibc's huge pages
-        # (training/memory.py restarts the tool with them) and TF's oneDNN switches.
-        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
-        "tf_enable_onednn_opts": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
         **_cpu_allocation(),
     })
     sys.stdout.flush()

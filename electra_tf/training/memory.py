@@ -25,8 +25,8 @@ working set comes on top of it (BENCHMARKS.md, "Memory"). Two calls reach that m
   2-core AVX2 machine (BENCHMARKS.md, "oneDNN's pool, traced stacks, huge pages"). Only
   where the kernel gives huge pages on request (`transparent_hugepage/enabled` is
   `[madvise]`; with `[always]` malloc gets them anyway) and glibc reads the tunable
-  (2.35 and newer). A `GLIBC_TUNABLES` that already
-  names `glibc.malloc.hugetlb` is the user's choice and is kept (`=0` turns this off).
+  (2.35 and newer). A `GLIBC_TUNABLES` that already names `glibc.malloc.hugetlb` is the
+  user's choice and is kept (`=0` turns this off).
 
 All of them do nothing where the C library is not glibc (macOS, musl); `release()` and
 `limit_arenas()` then return False.

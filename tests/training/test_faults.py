@@ -143,27 +143,21 @@ def test_the_first_loop_runs_its_compiling_step_alone_under_trimming(monkeypatch
     """Trainer.run_loop: the first loop of a stage runs its first step (the one that
     traces and compiles) in a call of its own under memory.trimming(), later loops in one
     call; the steps and their results are those of a single call."""
+    import contextlib
+
     from electra_tf.training import memory
     trimmed = []  # the trainer's step when each trimming() block began and ended
     real = memory.trimming
-
-    class Recording:
-        def __init__(self, trainer):
-            self.trainer = trainer
-
-        def __call__(self, *args, **kwargs):
-            import contextlib
-
-            @contextlib.contextmanager
-            def block():
-                start = int(self.trainer.step.numpy())
-                with real(*args, **kwargs):
-                    yield
-                trimmed.append((start, int(self.trainer.step.numpy())))
-            return block()
-
     split, split_iterator = _trainer()
-    monkeypatch.setattr(loop.memory, "trimming", Recording(split))
+
+    @contextlib.contextmanager
+    def recording(*args, **kwargs):
+        start = int(split.step.numpy())
+        with real(*args, **kwargs):
+            yield
+        trimmed.append((start, int(split.step.numpy())))
+
+    monkeypatch.setattr(loop.memory, "trimming", recording)
     split.run_loop(split_iterator, 5)
     split.run_loop(split_iterator, 3)
     assert int(split.step.numpy()) == 8
