@@ -71,6 +71,7 @@ def _final_metrics(stdout):
     return {k: float(v) for k, v in (kv.split("=") for kv in line.split()[2:])}
 
 
+@pytest.mark.slow  # two training processes (2-3 min); the CLI's errors have fast tests
 def test_tiny_run_learns_logs_and_resumes(data, tmp_path):
     workdir = str(tmp_path / "run")
     result = _train(data, workdir, "--config.train.profile_steps=2")

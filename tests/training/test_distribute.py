@@ -420,6 +420,8 @@ for precision, algorithm in (("float32", "joint"), ("float16", "joint"),
 """
 
 
+@pytest.mark.slow  # four compilations in a process (2.5-4 min); the whole step compiles
+# in the fast suite too (test_the_whole_step_compiles_with_xla_on_one_device)
 def test_the_whole_step_compiles_once():
     """The whole step compiled once and reused at every step (it compiled again at every
     step while the forward/backward pass inside it was a jit_compile function of its
