@@ -108,8 +108,10 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
                                               # and under mirrored/multi-worker strategies)
     config.train.accumulation_steps = 1       # N micro-batches per step (gradient
                                               # accumulation): less memory, same result
-    config.train.remat = "none"               # none|blocks: recompute the transformer
-                                              # blocks in the backward pass (less memory)
+    config.train.remat = "selective"          # none|selective|blocks: what the backward
+                                              # pass recomputes (less memory): selective,
+                                              # the FFN's gelu and the attention core
+                                              # (model/remat.py); blocks, whole blocks
 
     config.runtime = ml_collections.ConfigDict()
     config.runtime.strategy = "auto"          # auto|tpu|mirrored|multi_worker|one_device

@@ -21,6 +21,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # come from malloc and go back after each step, at the same speed (BENCHMARKS.md,
 # "Memory"). Read when TF starts; a value the user set is kept.
 os.environ.setdefault("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
+# Before XLA compiles a function, TF's bridge runs TF's constant folding on its graph,
+# which evaluates every constant subgraph on the host and holds the results at once: it
+# took the compiling benchmark of Small (selective recomputation) to 4025 MiB, 3292 with
+# the dropout masks' index out of its reach (model/dropout.py), and to 3009 MiB, the
+# steps' own peak, without it (BENCHMARKS.md, "Memory"). XLA folds constants itself; a
+# value the user set is kept.
+if "tf_xla_disable_constant_folding" not in os.environ.get("TF_XLA_FLAGS", ""):
+    os.environ["TF_XLA_FLAGS"] = " ".join(filter(None, (
+        os.environ.get("TF_XLA_FLAGS", ""), "--tf_xla_disable_constant_folding=true")))
 
 from electra_tf.training import memory  # pylint: disable=g-import-not-at-top,wrong-import-position
 

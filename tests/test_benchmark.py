@@ -98,9 +98,8 @@ def test_train_benchmark_prints_one_json_line_last_and_profiles(tmp_path):
     # Memory by stage: [resident after it, peak during it], in the order the stages ran;
     # the process's peak is the highest stage peak.
     stages = results["memory_by_stage_mib"]
-    assert list(stages) == ["imports", "strategy", "matmul_peak", "datasets",
-                            "trainer_built", "traced", "warmup_compiled", "timed_steps",
-                            "profile"]
+    assert list(stages) == ["imports", "strategy", "datasets", "trainer_built", "traced",
+                            "warmup_compiled", "timed_steps", "profile", "matmul_peak"]
     assert all(now > 0 and peak > 0 for now, peak in stages.values())
     assert max(peak for _, peak in stages.values()) == results["peak_rss_mib"]
     # --profile: a trace of a few more steps, taken apart from the timed ones.

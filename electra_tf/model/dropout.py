@@ -95,7 +95,13 @@ class HashDropout(keras.layers.Dropout):
                 [2], tf.random.experimental.stateless_fold_in(step_seed, self.stream),
                 minval=None, maxval=None, dtype=tf.int32)
             offset = tf.cast(replica, tf.uint32) * tf.cast(tf.size(inputs), tf.uint32)
-        bits = random_bits(tf.shape(inputs), seed, offset)
+        # A Shape op, not `tf.shape`'s constant: TF's constant folding, which XLA's bridge
+        # runs on the graph before compiling, would otherwise evaluate the element index
+        # (range, reshape, bitcast) of every dropout on the host and hand XLA the results
+        # as constants (8 MiB for each attention dropout of Small at batch 32; spikes of
+        # 1.3 GiB of host memory while compiling). XLA's bridge never folds Shape ops, and
+        # gives XLA an iota, which it fuses into the mask.
+        bits = random_bits(tf.raw_ops.Shape(input=inputs), seed, offset)
         threshold = tf.constant(min(round(self.rate * 2**32), 2**32 - 1), tf.uint32)
         scale = tf.cast(1.0 / (1.0 - self.rate), inputs.dtype)
         return tf.where(bits >= threshold, inputs * scale, tf.zeros_like(inputs))

@@ -4,7 +4,9 @@ As in the original (and BERT): token + position + segment embeddings of width E,
 LayerNorm (epsilon 1e-12), dropout; a dense projection to the hidden width H when E != H;
 then post-LayerNorm `keras_hub.layers.TransformerEncoder` blocks with exact (erf) gelu and
 truncated-normal(0.02) initialisation. No pooler: ELECTRA has none. Every dropout is a
-`dropout.HashDropout` (same semantics as Keras', a cheaper mask: see that module).
+`dropout.HashDropout` (same semantics as Keras', a cheaper mask: see that module), and
+each block can recompute its feed-forward's activation and its attention core in the
+backward pass (`remat.prepare`; the training step chooses, `config.train.remat`).
 
 The generator and the discriminator are two `Encoder`s over one `Embeddings` object by
 default (see `pretrainer` for the other weight sharings).
@@ -193,6 +195,7 @@ class Encoder(keras.layers.Layer):
         for block in self.blocks:
             block.build(ids_shape + (self.hidden_size,))
             dropout_lib.use_hash_dropout(block)  # Philox masks: ~15% of a CPU step
+            remat.prepare(block)  # recomputes selectively under remat=selective
         self.built = True
 
     # === Forward ===
@@ -201,7 +204,7 @@ class Encoder(keras.layers.Layer):
         if self.projection is not None:
             x = self.projection(x)                               # [B, S, E] → [B, S, H]
         padding_mask = keras.ops.cast(inputs["padding_mask"], "bool")
-        for block in self.blocks:  # each recomputed in the backward pass in remat.blocks()
+        for block in self.blocks:  # each recomputed in the backward pass: remat=blocks
             x = remat.call_block(block, x, padding_mask, training)
         return x                                                 # [B, S, H]
 

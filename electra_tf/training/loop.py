@@ -68,10 +68,10 @@ class Trainer:
         self.global_batch = config.train.batch_size
         self.local_batch = distribute.local_batch_size(strategy, self.global_batch)
         self.accumulation_steps = micro_batches(config.train, self.local_batch)
-        self.remat = config.train.get("remat", "none")
-        if self.remat not in REMAT:
+        self.remat = config.train.get("remat", "selective")
+        if self.remat not in remat.MODES:
             raise errors.UserError(f"config.train.remat={self.remat!r}: choose one of "
-                                   f"{', '.join(REMAT)}")
+                                   f"{', '.join(remat.MODES)}")
         self.policy = distribute.dtype_policy(config.train.mixed_precision, strategy)
         seq_length = config.data.max_seq_length
         with strategy.scope():
@@ -162,8 +162,8 @@ class Trainer:
         this pass differentiates."""
         variables = self.algorithm.variables(self.model, stage)
         # The model seeds each pass's masks from dropout_seed (the generator's salted);
-        # recomputed blocks (remat) redraw the masks of their forward call.
-        with remat.blocks(self.remat == "blocks"):
+        # what remat recomputes redraws the masks of its forward call.
+        with remat.recomputing(self.remat):
             with tf.GradientTape() as tape:
                 loss, outputs, values = self._outputs_and_loss(
                     batch, uniform, counts, True, dropout_seed, block)
@@ -368,7 +368,6 @@ def _add_gradient(total, gradient):
 
 
 XLA_SCOPES = ("auto", "whole_step", "forward_backward")
-REMAT = ("none", "blocks")
 
 
 def xla_scope(train_config, strategy) -> str:

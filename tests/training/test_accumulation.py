@@ -1,7 +1,8 @@
-"""Gradient accumulation, recomputed blocks and the whole step under XLA change how a step
-is computed, never what it computes: each variant trains three steps on one batch from the
-same weights and must end where the plain step ends (weights and metrics), up to float
-rounding. One device here; accumulation under MirroredStrategy is in test_distribute.py."""
+"""Gradient accumulation, recomputation (selective, the default, and whole blocks) and the
+whole step under XLA change how a step is computed, never what it computes: each variant
+trains three steps on one batch from the same weights and must end where the plain step
+(nothing recomputed) ends (weights and metrics), up to float rounding. One device here;
+accumulation under MirroredStrategy is in test_distribute.py."""
 
 import re
 
@@ -65,7 +66,7 @@ def _train(**train):
 
 @pytest.fixture(scope="module")
 def plain():
-    return _train()
+    return _train(remat="none")
 
 
 def _assert_same(run, plain, atol=1e-6):
@@ -83,6 +84,7 @@ def _assert_same(run, plain, atol=1e-6):
 def test_the_plain_step_moves_the_weights(plain):
     trainer, metrics, weights = plain
     assert trainer.xla_scope == "forward_backward" and trainer.accumulation_steps == 1
+    assert trainer.remat == "none"
     assert metrics["grad_norm"] > 0 and np.isfinite(metrics["loss"])
     fresh = loop.Trainer(_config(), trainer.strategy, VOCAB, P)  # the seed's weights
     moved = max(float(np.abs(w - v.numpy()).max())
@@ -105,22 +107,45 @@ def test_the_whole_step_under_xla_computes_the_same_step(plain):
     _assert_same(run, plain)
 
 
+def _optimized_hlo(trainer):
+    """The compiled forward/backward pass of `trainer`, as XLA optimised it."""
+    batch = {k: tf.constant(v) for k, v in _batch().items()}
+    uniform = tf.zeros([BATCH, P])
+    counts = (tf.constant(1.0), tf.constant(1.0))
+    seed = tf.constant([0, 0], tf.int64)
+    return trainer._forward_backward.experimental_get_compiler_ir(  # pylint: disable=protected-access
+        batch, uniform, counts, seed, tf.constant(0), trainer.stage)(stage="optimized_hlo")
+
+
+def _count(op, hlo):
+    return len(re.findall(rf"\b{op}\(", hlo))
+
+
+def test_selective_recomputation_computes_the_same_step_and_really_recomputes(plain):
+    run = _train()  # the default
+    assert run[0].remat == "selective"
+    _assert_same(run, plain)
+    # What survives XLA's optimisation: the backward pass computes each block's gelu
+    # (whose erfc XLA expands with an exponential) and softmax again (more exponentials
+    # than blocks) and each block's attention scores again (one more dot per block of
+    # both encoders: the recomputed ·V is unused, and dropped).
+    shape = run[0].model.shape
+    blocks = shape.discriminator.num_layers + shape.generator.num_layers
+    plain_hlo, hlo = _optimized_hlo(plain[0]), _optimized_hlo(run[0])
+    assert _count("exponential", hlo) > _count("exponential", plain_hlo) + blocks, (
+        _count("exponential", plain_hlo), _count("exponential", hlo))
+    assert _count("dot", hlo) == _count("dot", plain_hlo) + blocks, (
+        _count("dot", plain_hlo), _count("dot", hlo))
+
+
 @pytest.mark.slow  # 70 s; that the recomputed blocks compile whole is a fast test
 def test_recomputed_blocks_compute_the_same_step_and_really_recompute(plain):
     run = _train(remat="blocks", accumulation_steps=2)
     _assert_same(run, plain)
-
     # Recomputation survives XLA's optimisation: the compiled backward pass holds the
     # blocks' forward matmuls a second time.
-    def dots(trainer):
-        batch = {k: tf.constant(v) for k, v in _batch().items()}
-        uniform = tf.zeros([BATCH, P])
-        counts = (tf.constant(1.0), tf.constant(1.0))
-        seed = tf.constant([0, 0], tf.int64)
-        hlo = trainer._forward_backward.experimental_get_compiler_ir(  # pylint: disable=protected-access
-            batch, uniform, counts, seed, tf.constant(0), trainer.stage)(stage="optimized_hlo")
-        return len(re.findall(r"\bdot\(", hlo))
-    plain_dots, remat_dots = dots(plain[0]), dots(run[0])
+    plain_dots, remat_dots = _count("dot", _optimized_hlo(plain[0])), _count(
+        "dot", _optimized_hlo(run[0]))
     assert remat_dots > plain_dots, (plain_dots, remat_dots)
 
 
@@ -133,7 +158,8 @@ def test_bad_values_are_one_line_errors_naming_the_key():
              "number >= 1 (1: no accumulation)"),
             ({"accumulation_steps": True}, "config.train.accumulation_steps=True: give a "
              "whole number >= 1 (1: no accumulation)"),
-            ({"remat": "all"}, "config.train.remat='all': choose one of none, blocks"),
+            ({"remat": "all"}, "config.train.remat='all': choose one of none, selective, "
+             "blocks"),
             ({"xla_scope": "everything"}, "config.train.xla_scope='everything': choose one "
              "of auto, whole_step, forward_backward")):
         with pytest.raises(errors.UserError) as raised:
