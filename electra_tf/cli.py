@@ -23,8 +23,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
 # Before XLA compiles a function, TF's bridge runs TF's constant folding on its graph,
 # which evaluates every constant subgraph on the host and holds the results at once: it
-# took the compiling benchmark of Small (selective recomputation) to 4025 MiB, 3292 with
-# the dropout masks' index out of its reach (model/dropout.py), and to 3009 MiB, the
+# took the compiling benchmark of Small (selective recomputation) to 4025 MiB, 3242 with
+# the dropout masks' index out of its reach (model/dropout.py), and to 3006 MiB, the
 # steps' own peak, without it (BENCHMARKS.md, "Memory"). XLA folds constants itself; a
 # value the user set is kept.
 if "tf_xla_disable_constant_folding" not in os.environ.get("TF_XLA_FLAGS", ""):

@@ -495,9 +495,10 @@ def bench_train():
         _profile(trainer, iterators["real" if use_real else "synthetic"], profile_dir)
         memory.record("profile")
     # The machine's matmul peak last: the memory it leaves (NumPy's BLAS keeps its
-    # per-thread buffers, XLA its executables: 60 MiB) is the benchmark's, not part of
-    # the training's peak_rss_mib. In the dtype the step multiplies in (bfloat16 under
-    # mixed_bfloat16).
+    # per-thread buffers, XLA its executables: ~60 MiB) then sits under no training
+    # step. Its stage still counts in peak_rss_mib, on top of what the process holds
+    # between steps (below the steps' peak at the default n). In the dtype the step
+    # multiplies in (bfloat16 under mixed_bfloat16).
     compute_dtype = keras.mixed_precision.DTypePolicy(
         distribute.dtype_policy(config.train.mixed_precision, strategy)).compute_dtype
     peaks = matmul_peak_flops(_MATMUL_SIZE.value, compute_dtype)

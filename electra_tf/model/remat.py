@@ -13,10 +13,11 @@ instead of keeping it from the forward pass.
     pre-activation is all that is kept.
   - 192 MiB are the attention probabilities, before and after dropout (`[B, heads, S,
     S]`). `SelectiveAttention` recomputes the attention core (QK^T, softmax, dropout,
-    ·V) from Q, K and V, which are kept anyway: two small matmuls per block (3% of
-    Small's FLOPs), as Megatron-LM's selective recomputation does (Korthikanti et al.,
-    2022). Only inside `dropout.seeded`, whose masks are functions of the step, not of
-    a state, so the recomputation draws the same masks; elsewhere it keeps them.
+    ·V) from Q, K and V, which are kept anyway: one more `[B, heads, S, S]` matmul per
+    block once XLA drops the unused recomputed ·V (~1% of Small's FLOPs), as
+    Megatron-LM's selective recomputation does (Korthikanti et al., 2022). Only with
+    `HashDropout` inside `dropout.seeded`, whose masks are functions of the step, not
+    of a state, so the recomputation draws the same masks; elsewhere it keeps them.
   Both go through `tf.recompute_grad`, which makes the recomputation's input depend on
   the incoming gradient: with a plain `tf.custom_gradient` XLA merged the copy with the
   forward's (common subexpressions) or scheduled it in the forward pass, and kept the
@@ -68,7 +69,7 @@ def recomputing(mode: str):
     """Within the block (while tracing), the model recomputes what `mode` says."""
     if mode not in MODES:
         raise ValueError(f"`mode` must be one of {', '.join(MODES)}. Received: `mode={mode!r}`")
-    previous = getattr(_MODE, "value", "none")
+    previous = _mode()
     _MODE.value = mode
     try:
         yield
@@ -109,11 +110,16 @@ class ActivationFirstDense(keras.layers.Dense):
 
     def __init__(self, units, input_activation="gelu", **kwargs):
         super().__init__(units, **kwargs)
+        if self.activation not in (None, keras.activations.linear):
+            raise ValueError("ActivationFirstDense applies `input_activation` to its inputs "
+                             f"and nothing after. Received: `activation={self.activation}`")
         self.input_activation = keras.activations.get(input_activation)
 
     def call(self, inputs, training=None):
-        kernel = keras.ops.convert_to_tensor(self.kernel)    # the compute dtype (autocast)
-        bias = () if self.bias is None else (keras.ops.convert_to_tensor(self.bias),)
+        # The variables read as tensors, in the compute dtype (autocast under a mixed
+        # precision policy): recompute_grad differentiates them like any input.
+        kernel = tf.convert_to_tensor(self.kernel)
+        bias = () if self.bias is None else (tf.convert_to_tensor(self.bias),)
         if not (training and _mode() == "selective"):
             return self._dense(inputs, kernel, *bias)
         # The recomputed matmul's output is unused in the backward pass, and dropped.
@@ -122,6 +128,9 @@ class ActivationFirstDense(keras.layers.Dense):
     def _dense(self, inputs, kernel, *bias):
         x = keras.ops.matmul(self.input_activation(inputs), kernel)
         return keras.ops.add(x, bias[0]) if bias else x
+
+    def quantize(self, *args, **kwargs):
+        raise NotImplementedError("ActivationFirstDense has no quantized path")
 
     def get_config(self):
         config = super().get_config()
@@ -132,14 +141,17 @@ class ActivationFirstDense(keras.layers.Dense):
 
 class SelectiveAttention(keras.layers.MultiHeadAttention):
     """Keras' `MultiHeadAttention` whose attention core (scores, softmax, dropout, ·V) is
-    recomputed in the backward pass under `recomputing("selective")` in training, inside
-    `dropout.seeded` (the module docstring); Keras' own core otherwise."""
+    recomputed in the backward pass under `recomputing("selective")` in training, with
+    `HashDropout` inside `dropout.seeded` (the module docstring); Keras' own core
+    otherwise."""
 
     def _compute_attention(self, query, key, value, attention_mask=None, training=None,
                            return_attention_scores=False, use_causal_mask=False):
         seeded_by = dropout_lib.current()
+        stateless = self._dropout == 0 or isinstance(self._dropout_layer,
+                                                     dropout_lib.HashDropout)
         if (not training or _mode() != "selective" or return_attention_scores
-                or use_causal_mask or seeded_by is None):
+                or use_causal_mask or seeded_by is None or not stateless):
             return super()._compute_attention(
                 query, key, value, attention_mask=attention_mask, training=training,
                 return_attention_scores=return_attention_scores,

@@ -326,9 +326,10 @@ def test_every_batch_tensor_has_a_static_shape(data):
             assert dataset.cardinality() == tf.data.INFINITE_CARDINALITY, kwargs
 
 
-# The plain step compiles in the fast suite; with micro-batches and recomputation (slow).
+# The default step (selective recomputation) compiles in the fast suite; with
+# micro-batches and recomputed blocks in the slow one.
 @pytest.mark.parametrize("accumulation_steps,remat", [
-    (1, "none"), pytest.param(2, "blocks", marks=pytest.mark.slow)])
+    (1, "selective"), pytest.param(2, "blocks", marks=pytest.mark.slow)])
 def test_the_whole_step_compiles_with_xla_on_one_device(data, accumulation_steps, remat):
     """What TPUStrategy does with the step: XLA over forward, backward, all-reduce,
     optimizer and metrics, with static shapes (no bounded-dynamic dimension in the HLO);
