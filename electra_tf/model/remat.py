@@ -159,25 +159,29 @@ class SelectiveAttention(keras.layers.MultiHeadAttention):
         parent = super()._compute_attention
 
         def core(q, k, v):
-            with dropout_lib.seeded(*seeded_by):  # the same masks when recomputed
-                return parent(q, k, v, attention_mask=attention_mask, training=training)[0]
-        return tf.recompute_grad(core)(query, key, value), None
+            return parent(q, k, v, attention_mask=attention_mask, training=training)[0]
+        return _recompute(core, seeded_by, query, key, value), None
+
+
+def _recompute(fn, seeded_by, *args):
+    """`fn(*args)` through `tf.recompute_grad`, the recomputation in the `dropout.seeded`
+    context `seeded_by` of the forward call (captured by the caller: the backward pass is
+    traced after that context has closed), so that it draws the same masks."""
+    def run(*inputs):
+        with dropout_lib.seeded(*seeded_by):
+            return fn(*inputs)
+    return tf.recompute_grad(run)(*args)
 
 
 def call_block(block, x, padding_mask, training):
     """`block(x, padding_mask=..., training=...)`, recomputed in the backward pass under
-    `recomputing("blocks")`. The recomputation runs in the `dropout.seeded` context of
-    the forward call (captured here: the backward pass is traced after that context has
-    closed), so it draws the same masks; without one, masks would be drawn afresh: an
-    error."""
+    `recomputing("blocks")`, with the same dropout masks (`_recompute`); without a
+    `dropout.seeded` context masks would be drawn afresh: an error."""
     if not (training and _mode() == "blocks"):
         return block(x, padding_mask=padding_mask, training=training)
     seeded_by = dropout_lib.current()
     if seeded_by is None:
         raise ValueError(f"{block.name}: recomputing a block in training needs "
                          "`dropout.seeded` (stateless masks), or its dropout would differ")
-
-    def run(inputs):
-        with dropout_lib.seeded(*seeded_by):
-            return block(inputs, padding_mask=padding_mask, training=training)
-    return tf.recompute_grad(run)(x)
+    return _recompute(lambda inputs: block(inputs, padding_mask=padding_mask,
+                                           training=training), seeded_by, x)
