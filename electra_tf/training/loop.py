@@ -356,6 +356,12 @@ class Trainer:
             dist_batch, tf.constant(step, tf.int64))
 
 
+# Not converted by autograph (it has no tensor control flow): autograph enters a stack
+# filter for each call of a function it converts, and that filter copies the file set of
+# `tracebacks.short_tracebacks()` (~2,900 names) for the life of the ops made in the call.
+# Called once per variable and micro-batch (400 calls a micro-batch for Small), the copies
+# held 0.2 GiB with 4 micro-batches (training/tracebacks.py).
+@tf.autograph.experimental.do_not_convert
 def _add_gradient(total, gradient):
     """total + gradient, for a gradient that may be `IndexedSlices` (an embedding's rows).
     Scattered with the total's static row count: XLA cannot convert IndexedSlices to
