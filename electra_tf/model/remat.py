@@ -13,11 +13,14 @@ instead of keeping it from the forward pass.
     pre-activation is all that is kept.
   - 192 MiB are the attention probabilities, before and after dropout (`[B, heads, S,
     S]`). `SelectiveAttention` recomputes the attention core (QK^T, softmax, dropout,
-    ·V) from Q, K and V, which are kept anyway: one more `[B, heads, S, S]` matmul per
-    block once XLA drops the unused recomputed ·V (~1% of Small's FLOPs), as
-    Megatron-LM's selective recomputation does (Korthikanti et al., 2022). Only with
-    `HashDropout` inside `dropout.seeded`, whose masks are functions of the step, not
-    of a state, so the recomputation draws the same masks; elsewhere it keeps them.
+    ·V) from Q, K and V, which are kept anyway, as Megatron-LM's selective
+    recomputation does (Korthikanti et al., 2022). The output projection is inside the
+    recomputed function too (`OutputProjection`), so that the context it reads (`[B,
+    S, H]`, 48 MiB for Small's discriminator) is not kept for its kernel's gradient
+    either: two more `[B, heads, S, S]` matmuls per block (~3% of Small's FLOPs; XLA
+    drops the recomputed projection, whose output is unused). Only with `HashDropout`
+    inside `dropout.seeded`, whose masks are functions of the step, not of a state, so
+    the recomputation draws the same masks; elsewhere it keeps them.
   Both go through `tf.recompute_grad`, which makes the recomputation's input depend on
   the incoming gradient: with a plain `tf.custom_gradient` XLA merged the copy with the
   forward's (common subexpressions) or scheduled it in the forward pass, and kept the
@@ -48,6 +51,8 @@ eager execution is enabled"). Here the block's only argument is its input; the m
 >>> prepare(block)
 >>> type(block._feedforward_output_dense).__name__
 'ActivationFirstDense'
+>>> type(block._self_attention_layer._output_dense).__name__
+'OutputProjection'
 >>> bool(np.allclose(block(x).numpy(), before, atol=1e-6))
 True
 """
@@ -84,8 +89,9 @@ def _mode() -> str:
 def prepare(block) -> None:
     """Makes a built keras-hub `TransformerEncoder` recompute selectively, in place: its
     feed-forward's gelu moves to the output Dense (an `ActivationFirstDense`), its
-    attention becomes a `SelectiveAttention`. Only classes and where the activation is
-    applied change: variables, checkpoints and the block's config are untouched."""
+    attention becomes a `SelectiveAttention` with an `OutputProjection`. Only classes and
+    where the activation is applied change: variables, checkpoints and the block's
+    config are untouched."""
     first = block._feedforward_intermediate_dense   # pylint: disable=protected-access
     second = block._feedforward_output_dense        # pylint: disable=protected-access
     attention = block._self_attention_layer         # pylint: disable=protected-access
@@ -99,6 +105,11 @@ def prepare(block) -> None:
         first.activation = keras.activations.linear
     if type(attention) is keras.layers.MultiHeadAttention:  # noqa: E721
         attention.__class__ = SelectiveAttention
+        projection = attention._output_dense  # pylint: disable=protected-access
+        if type(projection) is keras.layers.EinsumDense:  # noqa: E721
+            projection.__class__ = OutputProjection
+            # It may be handed its own output ([B, S, H]) to pass through.
+            projection.input_spec = None
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -157,10 +168,55 @@ class SelectiveAttention(keras.layers.MultiHeadAttention):
                 return_attention_scores=return_attention_scores,
                 use_causal_mask=use_causal_mask)
         parent = super()._compute_attention
+        projection = self._output_dense
+        if not (isinstance(projection, OutputProjection) and projection.plain
+                and not getattr(self, "_use_gate", False)):
+            def core(q, k, v):
+                return parent(q, k, v, attention_mask=attention_mask, training=training)[0]
+            return _recompute(core, seeded_by, query, key, value), None
 
-        def core(q, k, v):
-            return parent(q, k, v, attention_mask=attention_mask, training=training)[0]
-        return _recompute(core, seeded_by, query, key, value), None
+        # The output projection too, so that its input (the context, [B, S, H]) is not
+        # kept for its kernel's gradient either: the recomputed ·V is then used, not
+        # dropped (~1% more of Small's FLOPs), and `call` passes the result through the
+        # projection untouched.
+        def projected_core(q, k, v, kernel, *bias):
+            context = parent(q, k, v, attention_mask=attention_mask, training=training)[0]
+            return projection.project(context, kernel, *bias)
+        output = _recompute(projected_core, seeded_by, query, key, value,
+                            *projection.weights_as_tensors())
+        projection.pass_through_next = True
+        return output, None
+
+
+@keras.saving.register_keras_serializable(package="electra_tf")
+class OutputProjection(keras.layers.EinsumDense):
+    """The attention's output `EinsumDense`, which `SelectiveAttention` may apply itself
+    inside its recomputed core: the next call after it has done so
+    (`pass_through_next`) returns its input unchanged. Otherwise Keras' `EinsumDense`."""
+
+    pass_through_next = False
+
+    @property
+    def plain(self) -> bool:
+        """No activation, LoRA or quantization: `project` is the whole layer."""
+        return (self.activation in (None, keras.activations.linear)
+                and not self.lora_enabled and not self.quantization_mode)
+
+    def weights_as_tensors(self):
+        """The kernel (and bias), read as tensors in the compute dtype (autocast under a
+        mixed precision policy): recompute_grad differentiates them like any input."""
+        kernel = tf.convert_to_tensor(self.kernel)
+        return (kernel,) if self.bias is None else (kernel, tf.convert_to_tensor(self.bias))
+
+    def project(self, inputs, kernel, *bias):
+        x = keras.ops.einsum(self.equation, inputs, kernel)
+        return keras.ops.add(x, bias[0]) if bias else x
+
+    def call(self, inputs, training=None):
+        if self.pass_through_next:
+            self.pass_through_next = False
+            return inputs
+        return super().call(inputs, training=training)
 
 
 def _recompute(fn, seeded_by, *args):
