@@ -110,8 +110,9 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
                                               # accumulation): less memory, same result
     config.train.remat = "selective"          # none|selective|blocks: what the backward
                                               # pass recomputes (less memory): selective,
-                                              # the FFN's gelu and the attention core
-                                              # (model/remat.py); blocks, whole blocks
+                                              # the FFN's gelu, the attention core and
+                                              # its output projection (model/remat.py);
+                                              # blocks, whole blocks
 
     config.runtime = ml_collections.ConfigDict()
     config.runtime.strategy = "auto"          # auto|tpu|mirrored|multi_worker|one_device

@@ -5,8 +5,9 @@ LayerNorm (epsilon 1e-12), dropout; a dense projection to the hidden width H whe
 then post-LayerNorm `keras_hub.layers.TransformerEncoder` blocks with exact (erf) gelu and
 truncated-normal(0.02) initialisation. No pooler: ELECTRA has none. Every dropout is a
 `dropout.HashDropout` (same semantics as Keras', a cheaper mask: see that module), and
-each block can recompute its feed-forward's activation and its attention core in the
-backward pass (`remat.prepare`; the training step chooses, `config.train.remat`).
+each block can recompute its feed-forward's activation, its attention core and the
+attention's output projection in the backward pass (`remat.prepare`; the training step
+chooses, `config.train.remat`).
 
 The generator and the discriminator are two `Encoder`s over one `Embeddings` object by
 default (see `pretrainer` for the other weight sharings).

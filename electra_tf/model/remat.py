@@ -108,8 +108,6 @@ def prepare(block) -> None:
         projection = attention._output_dense  # pylint: disable=protected-access
         if type(projection) is keras.layers.EinsumDense:  # noqa: E721
             projection.__class__ = OutputProjection
-            # It may be handed its own output ([B, S, H]) to pass through.
-            projection.input_spec = None
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -151,10 +149,10 @@ class ActivationFirstDense(keras.layers.Dense):
 
 
 class SelectiveAttention(keras.layers.MultiHeadAttention):
-    """Keras' `MultiHeadAttention` whose attention core (scores, softmax, dropout, ·V) is
-    recomputed in the backward pass under `recomputing("selective")` in training, with
-    `HashDropout` inside `dropout.seeded` (the module docstring); Keras' own core
-    otherwise."""
+    """Keras' `MultiHeadAttention` whose attention core (scores, softmax, dropout, ·V)
+    and output projection (an `OutputProjection`) are recomputed in the backward pass
+    under `recomputing("selective")` in training, with `HashDropout` inside
+    `dropout.seeded` (the module docstring); Keras' own core otherwise."""
 
     def _compute_attention(self, query, key, value, attention_mask=None, training=None,
                            return_attention_scores=False, use_causal_mask=False):
@@ -184,17 +182,22 @@ class SelectiveAttention(keras.layers.MultiHeadAttention):
             return projection.project(context, kernel, *bias)
         output = _recompute(projected_core, seeded_by, query, key, value,
                             *projection.weights_as_tensors())
-        projection.pass_through_next = True
+        projection.pass_through(output)
         return output, None
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
 class OutputProjection(keras.layers.EinsumDense):
     """The attention's output `EinsumDense`, which `SelectiveAttention` may apply itself
-    inside its recomputed core: the next call after it has done so
-    (`pass_through_next`) returns its input unchanged. Otherwise Keras' `EinsumDense`."""
+    inside its recomputed core: it then hands the result to `pass_through`, and the
+    next call (`MultiHeadAttention.call` applying the projection) must be given that
+    very tensor, and returns it unchanged; any other input then is an error, not a
+    silent skip. Otherwise Keras' `EinsumDense`."""
 
-    pass_through_next = False
+    _projected = None  # the tensor the next call passes through
+
+    def pass_through(self, projected) -> None:
+        self._projected = projected
 
     @property
     def plain(self) -> bool:
@@ -212,11 +215,26 @@ class OutputProjection(keras.layers.EinsumDense):
         x = keras.ops.einsum(self.equation, inputs, kernel)
         return keras.ops.add(x, bias[0]) if bias else x
 
+    def _assert_input_compatibility(self, arg_0):
+        if self._projected is None:
+            super()._assert_input_compatibility(arg_0)
+        else:  # Keras checks the input before `call`: [B, S, H] is what passes through
+            self._check_projected(arg_0)
+
     def call(self, inputs, training=None):
-        if self.pass_through_next:
-            self.pass_through_next = False
-            return inputs
-        return super().call(inputs, training=training)
+        if self._projected is None:
+            return super().call(inputs, training=training)
+        self._check_projected(inputs)
+        self._projected = None
+        return inputs
+
+    def _check_projected(self, inputs):
+        if inputs is not self._projected:
+            self._projected = None
+            raise ValueError(f"{self.name}: expected the output that the attention "
+                             "projected in its recomputed core. Received another tensor: "
+                             "Keras' MultiHeadAttention.call no longer applies the "
+                             "projection right after `_compute_attention`")
 
 
 def _recompute(fn, seeded_by, *args):

@@ -121,3 +121,28 @@ def test_config_round_trip():
     # Keras' generic (de)serialization finds the classes too.
     again = keras.layers.deserialize(keras.layers.serialize(enc))
     assert isinstance(again, encoder.Encoder) and again.num_layers == 2
+
+
+def test_the_output_projection_passes_through_only_what_the_attention_projected():
+    """Under selective recomputation the attention applies its output projection inside
+    its recomputed core and Keras' `MultiHeadAttention.call` then applies it again: the
+    `OutputProjection` returns the very tensor it was handed, once, and refuses any
+    other (Keras having changed what it calls) instead of skipping it silently."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from electra_tf.model import remat  # pylint: disable=g-import-not-at-top
+    model = make_encoder()
+    model(inputs([[1, 2, 3, 0]], [[1, 1, 1, 0]]))
+    projection = model.blocks[0]._self_attention_layer._output_dense  # pylint: disable=protected-access
+    assert isinstance(projection, remat.OutputProjection) and projection.plain
+    context = tf.random.normal([1, 4, 2, 8])  # [B, S, heads, head size]
+    projected = projection(context)  # Keras' EinsumDense when nothing is pending
+    np.testing.assert_allclose(
+        projected.numpy(), projection.project(context, *projection.weights_as_tensors()),
+        rtol=1e-6)
+    projection.pass_through(projected)
+    assert projection(projected) is projected  # [B, S, H]: passed through once
+    assert projection(context).shape == projected.shape  # then projecting again
+    projection.pass_through(projected)
+    with pytest.raises(ValueError, match="expected the output"):
+        projection(tf.identity(projected))
+    assert projection._projected is None  # pylint: disable=protected-access
