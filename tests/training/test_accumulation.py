@@ -122,13 +122,20 @@ def _count(op, hlo):
     return len(re.findall(rf"\b{op}\(", hlo))
 
 
-def test_selective_recomputation_computes_the_same_step_and_really_recomputes(plain):
+def test_selective_recomputation_computes_the_same_step_and_really_recomputes(plain,
+                                                                               monkeypatch):
+    handed = []  # the projections applied in the attentions' recomputed cores
+    pass_through = remat.OutputProjection.pass_through
+    monkeypatch.setattr(remat.OutputProjection, "pass_through",
+                        lambda self, projected: handed.append(id(self))
+                        or pass_through(self, projected))
     run = _train()  # the default
     assert run[0].remat == "selective"
     _assert_same(run, plain)
     projections = [layer for layer in run[0].model._flatten_layers()
                    if isinstance(layer, remat.OutputProjection)]
     assert projections and all(p._projected is None for p in projections)  # none pending
+    assert set(handed) == {id(p) for p in projections}  # each projected in its core
     # What survives XLA's optimisation: the backward pass computes each block's gelu
     # (whose erfc XLA expands with an exponential) and softmax again (two more
     # exponentials per block: 13 → 21 for the tiny model) and each block's attention
