@@ -125,14 +125,11 @@ class ActivationFirstDense(keras.layers.Dense):
         self.input_activation = keras.activations.get(input_activation)
 
     def call(self, inputs, training=None):
-        # The variables read as tensors, in the compute dtype (autocast under a mixed
-        # precision policy): recompute_grad differentiates them like any input.
-        kernel = tf.convert_to_tensor(self.kernel)
-        bias = () if self.bias is None else (tf.convert_to_tensor(self.bias),)
+        weights = weights_as_tensors(self)
         if not (training and _mode() == "selective"):
-            return self._dense(inputs, kernel, *bias)
+            return self._dense(inputs, *weights)
         # The recomputed matmul's output is unused in the backward pass, and dropped.
-        return tf.recompute_grad(self._dense)(inputs, kernel, *bias)
+        return tf.recompute_grad(self._dense)(inputs, *weights)
 
     def _dense(self, inputs, kernel, *bias):
         x = keras.ops.matmul(self.input_activation(inputs), kernel)
@@ -181,7 +178,7 @@ class SelectiveAttention(keras.layers.MultiHeadAttention):
             context = parent(q, k, v, attention_mask=attention_mask, training=training)[0]
             return projection.project(context, kernel, *bias)
         output = _recompute(projected_core, seeded_by, query, key, value,
-                            *projection.weights_as_tensors())
+                            *weights_as_tensors(projection))
         projection.pass_through(output)
         return output, None
 
@@ -205,36 +202,32 @@ class OutputProjection(keras.layers.EinsumDense):
         return (self.activation in (None, keras.activations.linear)
                 and not self.lora_enabled and not self.quantization_mode)
 
-    def weights_as_tensors(self):
-        """The kernel (and bias), read as tensors in the compute dtype (autocast under a
-        mixed precision policy): recompute_grad differentiates them like any input."""
-        kernel = tf.convert_to_tensor(self.kernel)
-        return (kernel,) if self.bias is None else (kernel, tf.convert_to_tensor(self.bias))
-
     def project(self, inputs, kernel, *bias):
         x = keras.ops.einsum(self.equation, inputs, kernel)
         return keras.ops.add(x, bias[0]) if bias else x
 
     def _assert_input_compatibility(self, arg_0):
-        if self._projected is None:
+        if self._projected is None:  # else `call` checks that it is that [B, S, H] tensor
             super()._assert_input_compatibility(arg_0)
-        else:  # Keras checks the input before `call`: [B, S, H] is what passes through
-            self._check_projected(arg_0)
 
     def call(self, inputs, training=None):
-        if self._projected is None:
+        projected, self._projected = self._projected, None
+        if projected is None:
             return super().call(inputs, training=training)
-        self._check_projected(inputs)
-        self._projected = None
-        return inputs
-
-    def _check_projected(self, inputs):
-        if inputs is not self._projected:
-            self._projected = None
+        if inputs is not projected:
             raise ValueError(f"{self.name}: expected the output that the attention "
                              "projected in its recomputed core. Received another tensor: "
                              "Keras' MultiHeadAttention.call no longer applies the "
                              "projection right after `_compute_attention`")
+        return inputs
+
+
+def weights_as_tensors(layer) -> tuple:
+    """A `Dense`'s or `EinsumDense`'s kernel (and bias), read as tensors in the compute
+    dtype (autocast under a mixed precision policy, inside the layer's call):
+    recompute_grad differentiates them like any input."""
+    kernel = tf.convert_to_tensor(layer.kernel)
+    return (kernel,) if layer.bias is None else (kernel, tf.convert_to_tensor(layer.bias))
 
 
 def _recompute(fn, seeded_by, *args):

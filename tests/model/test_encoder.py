@@ -136,9 +136,9 @@ def test_the_output_projection_passes_through_only_what_the_attention_projected(
     assert isinstance(projection, remat.OutputProjection) and projection.plain
     context = tf.random.normal([1, 4, 2, 8])  # [B, S, heads, head size]
     projected = projection(context)  # Keras' EinsumDense when nothing is pending
-    np.testing.assert_allclose(
-        projected.numpy(), projection.project(context, *projection.weights_as_tensors()),
-        rtol=1e-6)
+    weights = remat.weights_as_tensors(projection)
+    np.testing.assert_allclose(projected.numpy(), projection.project(context, *weights),
+                               rtol=1e-6)
     projection.pass_through(projected)
     assert projection(projected) is projected  # [B, S, H]: passed through once
     assert projection(context).shape == projected.shape  # then projecting again

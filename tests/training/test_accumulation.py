@@ -52,14 +52,19 @@ def _batch():
             "masked_lm_weights": weights}
 
 
-def _train(**train):
-    """(trainer, metrics, weights) after STEPS steps on `_batch()` from the seed's weights."""
+def _trainer(**train):
+    """(trainer with the seed's weights, an iterator repeating `_batch()`)."""
     config = _config(**train)
     strategy = distribute.get_strategy(config.runtime)
     trainer = loop.Trainer(config, strategy, VOCAB, P)
     data = tf.data.Dataset.from_tensors(
         {k: tf.constant(v) for k, v in _batch().items()}).repeat()
-    iterator = iter(strategy.experimental_distribute_dataset(data))
+    return trainer, iter(strategy.experimental_distribute_dataset(data))
+
+
+def _train(**train):
+    """(trainer, metrics, weights) after STEPS steps on `_batch()` from the seed's weights."""
+    trainer, iterator = _trainer(**train)
     trainer.train_loop(iterator, tf.constant(STEPS))
     return (trainer, trainer.train_metrics.result(),
             [v.numpy() for v in trainer.model.trainable_variables])
@@ -257,18 +262,12 @@ def test_accumulating_copies_no_stack_filter_per_variable(monkeypatch):
                         lambda self: updates.append(self) or update(self))
 
     def filters_entered(accumulation_steps):
-        config = _config(accumulation_steps=accumulation_steps)
-        strategy = distribute.get_strategy(config.runtime)
-        trainer = loop.Trainer(config, strategy, VOCAB, P)
-        data = tf.data.Dataset.from_tensors(
-            {k: tf.constant(v) for k, v in _batch().items()}).repeat()
+        trainer, iterator = _trainer(accumulation_steps=accumulation_steps)
         updates.clear()
-        trainer.train_loop.get_concrete_function(
-            iter(strategy.experimental_distribute_dataset(data)), tf.constant(1))
+        trainer.train_loop.get_concrete_function(iterator, tf.constant(1))
         return len(updates), len(trainer.model.trainable_variables)
 
     one, variables = filters_entered(1)
     four, _ = filters_entered(4)
     assert one > 0  # the filters are counted
     assert four - one < variables // 4, (one, four, variables)
-
