@@ -1,0 +1,36 @@
+#!/bin/bash
+# Packs TensorFlow 2.21 and the rest of what tools/benchmark.py needs for a lent GPU
+# machine that has no TensorFlow and reaches no registry (Python 3.12 there), in parts
+# that fit the device tool's 64 MiB per call: .p0/ .p1/ ... in the repository root
+# (ignored by .gitignore), each carried by one call. See WORKSPACE.md, "GPU machines".
+#   tools/device/pack.sh [WORKDIR]       # ~15 minutes on 2 cores (zstd -19)
+set -eu
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+W=${1:-/tmp/electra_gpu}
+mkdir -p "$W/whl"
+PLAT="--only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64"
+# TF 2.21 is built with CUDA 12.5: its runtime, CUPTI (the profiler) and ptxas/libdevice
+# (XLA) come from CUDA 12.8; cuBLAS and the libraries TF only opens are the image's
+# CUDA 13 builds (tools/device/setup.sh). zstandard unpacks the parts there.
+PKGS="tensorflow==2.21.0 tensorflow-text==2.21.1 keras==3.15.1 keras-hub==0.32.0
+  ml-collections==1.1.0 protobuf==7.36.2 icu4py==1.2.0 namex optree termcolor gast
+  astunparse kagglehub kagglesdk py-spy nvidia-cuda-runtime-cu12==12.8.90
+  nvidia-cuda-cupti-cu12==12.8.90 nvidia-cuda-nvcc-cu12==12.8.93"
+python3 -m pip download -q --no-deps $PLAT -d "$W/whl" $PKGS zstandard==0.25.0
+rm -rf "$W/site"
+(cd "$W/whl" && python3 -m pip install -q --no-deps --no-compile $PLAT --target "$W/site" \
+  $(ls | grep -v '^zstandard'))
+# What the benchmark never opens: TF's C++ headers, nvcc beyond ptxas and libdevice.
+N="$W/site/nvidia"
+rm -rf "$W/site/tensorflow/include" "$N/cuda_nvcc/include" "$N/cuda_nvcc/nvvm/lib64" \
+  "$N/cuda_nvcc/nvvm/include" "$N/cuda_nvcc/lib" "$N/cuda_runtime/include" \
+  "$N/cuda_cupti/include" "$N"/cuda_cupti/lib/libnvperf* "$N/cuda_cupti/lib/libcheckpoint.so"
+find "$N/cuda_nvcc/bin" -type f ! -name ptxas -delete
+tar -C "$W/site" -cf - . | zstd -q -19 --long=30 -T0 -f -o "$W/site.tar.zst"
+rm -rf "$ROOT"/.p[0-9]*
+(cd "$W" && rm -f part* && split -b 60M -d -a 1 site.tar.zst part)
+for f in "$W"/part*; do i=${f##*part}; mkdir -p "$ROOT/.p$i"; cp "$f" "$ROOT/.p$i/site.part$i"; done
+cp "$W"/whl/zstandard-*.whl "$ROOT/.p$i/"
+du -sh "$ROOT"/.p[0-9]*
