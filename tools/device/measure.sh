@@ -5,7 +5,9 @@
 #   bash tools/device/measure.sh SECONDS base128 small128 ...
 # Points: {small,base,large}{128,512}, base128_fwdbwd (optimizer outside XLA),
 # base128_nojit (no XLA). base128 also writes a profiler trace and its summary.
-# $OUT gets log.txt, results.jsonl, profile_summary.txt, profile.tgz, stacks.txt.
+# $OUT gets log.txt, results.jsonl, profile_summary.txt, profile.tgz, stacks.txt and, with
+# XLA_EXTRA="--xla_gpu_enable_triton_gemm=false --xla_dump_to=/tmp/hlo" before the command,
+# hlo.tgz (XLA_EXTRA="" turns Triton GEMMs back on). The device tool returns 8 files at most.
 set -u
 source tools/device/env.sh
 END=$(( $(date +%s) + $1 )); shift
@@ -32,7 +34,7 @@ for name in "$@"; do
   timeout -s KILL $cap python3 tools/benchmark.py --config=configs/electra.py:$size \
     --seq_len=$seq --batch_size=$batch $COMMON "$@" > /tmp/point.log 2>&1 &
   pid=$!
-  ( sleep $(( cap - 20 )); p=$(pgrep -f tools/benchmark.py | head -1)
+  ( sleep $(( cap - 20 )); p=$(pgrep -P $pid | head -1)  # python, under timeout
     [ -n "$p" ] && { echo "### $name at $(( $(date +%s) - t )) s"; py-spy dump --native --pid $p
       nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv
       ps -eo pid,pcpu,etime,args --sort=-pcpu | head -6; } >> $OUT/stacks.txt 2>&1 ) &
@@ -51,6 +53,8 @@ for name in "$@"; do
     (cd /tmp && tar czf $OUT/profile.tgz profile)
   fi
 done
+# An HLO dump, if XLA_EXTRA asked for one (--xla_dump_to=/tmp/hlo).
+[ -d /tmp/hlo ] && tar czf $OUT/hlo.tgz -C /tmp hlo
 python3 - $RES <<'PY'
 import json, sys
 for line in open(sys.argv[1]):

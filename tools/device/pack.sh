@@ -1,8 +1,9 @@
 #!/bin/bash
 # Packs TensorFlow 2.21 and the rest of what tools/benchmark.py needs for a lent GPU
 # machine that has no TensorFlow and reaches no registry (Python 3.12 there), in parts
-# that fit the device tool's 64 MiB per call: .p0/ .p1/ ... in the repository root
-# (ignored by .gitignore), each carried by one call. See WORKSPACE.md, "GPU machines".
+# that fit the device tool's 64 MiB per call: .p00/ .p01/ ... in the repository root
+# (ignored by .gitignore), each carried by one call. See BENCHMARKS.md, "GPU", for the
+# calls, and WORKSPACE.md's layout entry for tools/device/.
 #   tools/device/pack.sh [WORKDIR]       # ~15 minutes on 2 cores (zstd -19)
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,7 +31,12 @@ rm -rf "$W/site/tensorflow/include" "$N/cuda_nvcc/include" "$N/cuda_nvcc/nvvm/li
 find "$N/cuda_nvcc/bin" -type f ! -name ptxas -delete
 tar -C "$W/site" -cf - . | zstd -q -19 --long=30 -T0 -f -o "$W/site.tar.zst"
 rm -rf "$ROOT"/.p[0-9]*
-(cd "$W" && rm -f part* && split -b 60M -d -a 1 site.tar.zst part)
+# 56 MiB a part: with the tracked files (~1.4 MB) and, in the last, zstandard's wheel
+# (5.3 MiB), every call stays under the device tool's 64 MiB.
+(cd "$W" && rm -f part* && split -b 56M -d -a 2 site.tar.zst part)
 for f in "$W"/part*; do i=${f##*part}; mkdir -p "$ROOT/.p$i"; cp "$f" "$ROOT/.p$i/site.part$i"; done
 cp "$W"/whl/zstandard-*.whl "$ROOT/.p$i/"
 du -sh "$ROOT"/.p[0-9]*
+for d in "$ROOT"/.p[0-9]*; do
+  [ $(du -sm "$d" | cut -f1) -le 62 ] || { echo "$d is over 62 MiB: too large for a call"; exit 1; }
+done

@@ -24,6 +24,7 @@ print("parts:", len(names), flush=True)
 reader = zstandard.ZstdDecompressor(max_window_size=2**31).stream_reader(Parts(names))
 tarfile.open(fileobj=reader, mode="r|").extractall("/tmp/site")
 PY
+[ $? -eq 0 ] || { echo "unpacking failed: is a part missing?"; exit 4; }
 echo "unpacked in $(( $(date +%s) - T0 )) s: $(du -sh /tmp/site | cut -f1)"
 L=/tmp/site/nvidia/standin/lib; mkdir -p $L; dirs=""
 for pair in libcublas.so.12:libcublas.so.13 libcublasLt.so.12:libcublasLt.so.13 \
