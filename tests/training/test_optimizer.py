@@ -162,7 +162,7 @@ def test_fused_adamw_matches_keras_adamw(compiled):
             step([tf.constant(g) for g in grads])
     (ours, ours_vars), (theirs, their_vars) = pairs
     assert int(ours.iterations) == int(theirs.iterations) == 6
-    initial = [v.numpy() for v in _adamw_pair()[0][0][1]]
+    initial = _values(_adamw_pair()[0][0][1])
     # The weights' changes, then the moments, each to its own scale. TF's kernel takes
     # 1 − β in float32 (Keras: in Python), so v differs by ~1.3e-5 relative for β₂=0.999.
     # The changes hold the weights' own rounding: a few float32 steps of the weights.
