@@ -14,6 +14,18 @@ from electra_tf.text import tokenizer
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def child_env(**extra):
+    """The environment for a child Python process of a test: this one's, with this
+    checkout's electra_tf first on the path, Keras on TF, TF's C++ log at warnings and
+    above, no TF_CONFIG (a child joins a cluster only when `extra` gives it one), then
+    `extra`."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    env.update(KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p))
+    env.update(extra)
+    return env
+
+
 def run_tool(tool, *args, timeout=600):
     """`python tools/<tool> ARGS` from the checkout's root, with this checkout's electra_tf
     first on the path (wherever the package is installed); the CompletedProcess."""
@@ -190,6 +202,6 @@ def run_local_workers(command, log_dir, num_workers=2, timeout=480) -> list[str]
         with open(logs[-1], "w") as out:
             procs.append(subprocess.Popen(
                 command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                env=td._env(TF_CONFIG=json.dumps(tf_config))))  # pylint: disable=protected-access
+                env=child_env(TF_CONFIG=json.dumps(tf_config))))
     td._wait_all(procs, logs, timeout=timeout)  # pylint: disable=protected-access
     return [td._tail(log, 400) for log in logs]  # pylint: disable=protected-access

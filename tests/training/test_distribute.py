@@ -116,15 +116,6 @@ with open(out_json, "w") as f:
 '''
 
 
-def _env(**extra):
-    env = dict(os.environ)
-    env.pop("TF_CONFIG", None)
-    env.update(KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p]))
-    env.update(extra)
-    return env
-
-
 def _tail(path, lines=30):
     with open(path, encoding="utf-8", errors="replace") as f:
         return "".join(f.readlines()[-lines:])
@@ -163,7 +154,7 @@ def strategy_runs(tmp_path_factory):
             procs.append(subprocess.Popen(
                 [sys.executable, str(script), name, str(cpu_devices),
                  str(directory / f"{name}.npz"), str(directory / f"{name}.json")],
-                cwd=REPO, env=_env(), stdout=out, stderr=subprocess.STDOUT))
+                cwd=REPO, env=helpers.child_env(), stdout=out, stderr=subprocess.STDOUT))
         logs.append(log)
     _wait_all(procs, logs, timeout=600)
     results = {}
@@ -276,7 +267,7 @@ def test_two_local_workers_train_and_the_chief_checkpoints(tmp_path):
         with open(log, "w") as out:
             procs.append(subprocess.Popen(command, cwd=REPO, stdout=out,
                                           stderr=subprocess.STDOUT,
-                                          env=_env(TF_CONFIG=json.dumps(tf_config))))
+                                          env=helpers.child_env(TF_CONFIG=json.dumps(tf_config))))
         logs.append(log)
     # ~3 min measured with both workers XLA-compiling on 2 shared cores; generous.
     _wait_all(procs, logs, timeout=480)
@@ -430,7 +421,7 @@ def test_the_whole_step_compiles_once():
     result = subprocess.run(
         [sys.executable, "-c", _WHOLE_STEP_SCRIPT], cwd=REPO, capture_output=True,
         text=True, timeout=600,
-        env=_env(TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="device_compiler=3"))
+        env=helpers.child_env(TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="device_compiler=3"))
     assert result.returncode == 0, result.stderr[-3000:]
     results = [line.split()[1:] for line in result.stdout.splitlines()
                if line.startswith("RESULT")]
@@ -469,7 +460,7 @@ def test_tpu_strategy_without_a_tpu_fails_fast_and_says_so(tmp_path):
     log = str(tmp_path / "tpu.log")
     command = [sys.executable, "-m", "electra_tf.train", "--config=configs/electra.py:tiny",
                f"--workdir={tmp_path / 'workdir'}", "--config.runtime.strategy=tpu"]
-    env = _env()
+    env = helpers.child_env()
     for name in ("TPU_NAME", "TPU_WORKER_HOSTNAMES", "TPU_ACCELERATOR_TYPE"):
         env.pop(name, None)
     with open(log, "w") as out:
@@ -514,7 +505,8 @@ def test_two_workers_survive_sigterm_and_a_killed_peer_and_resume(tmp_path):
             with open(logs[-1], "w") as out:
                 procs.append(subprocess.Popen(command, cwd=REPO, stdout=out,
                                               stderr=subprocess.STDOUT,
-                                              env=_env(TF_CONFIG=json.dumps(tf_config))))
+                                              env=helpers.child_env(
+                                                  TF_CONFIG=json.dumps(tf_config))))
         deadline = time.time() + 400
         while latest_step() <= after_step:  # trains past the last checkpoint
             assert all(p.poll() is None for p in procs), [_tail(l) for l in logs]

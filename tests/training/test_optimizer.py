@@ -1,7 +1,6 @@
 """The optimizer: schedule, weight-decay exclusions, choice of optimizer, loss scaling."""
 
 import importlib.util
-import os
 import pathlib
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from electra_tf import errors
 from electra_tf.model import pretrainer
 from electra_tf.model import sizes
 from electra_tf.training import optimizer as optimizer_lib
+from tests import helpers
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIG_PATH = REPO / "configs" / "electra.py"
@@ -245,9 +245,7 @@ def test_fused_adamw_under_mirrored_strategy_matches_keras_adamw(tmp_path):
     copies of each variable move as Keras' AdamW moves them."""
     script = tmp_path / "mirrored.py"
     script.write_text(_MIRRORED_SCRIPT)
-    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=os.pathsep.join([str(REPO)] + [p for p in [os.environ.get(
-                   "PYTHONPATH")] if p]))
-    result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
-                            text=True, timeout=300, cwd=REPO, check=False)
+    result = subprocess.run([sys.executable, str(script)], env=helpers.child_env(),
+                            capture_output=True, text=True, timeout=300, cwd=REPO,
+                            check=False)
     assert result.returncode == 0 and "same" in result.stdout, result.stderr[-3000:]
