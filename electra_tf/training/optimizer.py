@@ -59,7 +59,7 @@ class AdamW(_SummedGradients, keras.optimizers.AdamW):
     traced step, which TF holds in every graph and function that contains the step. The
     kernel does the same update (`m`, `v`, then `lr·√(1−β₂ᵗ)/(1−β₁ᵗ) · m/(√v+ε)`) in one
     op, 13 ops a variable in all: Small b32 peaks ~140 MiB lower and holds ~130 less
-    between steps, 4 micro-batches peak 105–177 MiB lower (BENCHMARKS.md). It takes
+    between steps, 4 micro-batches peak ~90–180 MiB lower (BENCHMARKS.md). It takes
     1 − β in float32 where Keras takes it in Python, so `v` differs from Keras' by ~1e-5
     relative (β₂ = 0.999). Another dtype or `amsgrad` takes Keras' own path."""
 

@@ -260,7 +260,6 @@ def test_binary_resumes_and_refuses_bad_input(pretrained, tmp_path):
 def test_two_local_workers_fine_tune_as_one_worker_does(tmp_path):
     """multi_worker: the same global batches, every dev example evaluated once (20 with
     batch 16: the last batch padded), the same metrics; only the chief writes."""
-    from tests.training import test_distribute as td  # pylint: disable=g-import-not-at-top
     # Without dropout: the runs differ only in the order of sums.
     pretrained = tmp_path / "pretrained"
     helpers.write_pretrained_run(pretrained, SEQ, dropout=0.0)
@@ -272,7 +271,8 @@ def test_two_local_workers_fine_tune_as_one_worker_does(tmp_path):
                "--config.model.dropout=0.0"]
     one = subprocess.run(command + [f"--workdir={tmp_path}/one",
                                     "--config.runtime.strategy=one_device"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600, env=td._env())  # pylint: disable=protected-access
+                         cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env=helpers.child_env())
     assert one.returncode == 0, one.stderr[-3000:]
 
     two = str(tmp_path / "two")

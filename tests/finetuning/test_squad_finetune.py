@@ -247,7 +247,6 @@ def test_squad_under_mirrored_and_two_workers_gives_the_one_device_results(tmp_p
     """Mirrored over 2 logical CPUs, and two local workers: the same global batches of
     windows, every dev window once (the last batch padded), the beam's outputs gathered
     in order: the same answers and metrics as one device; only the chief writes."""
-    from tests.training import test_distribute as td  # pylint: disable=g-import-not-at-top
     # Without dropout: the runs differ only in the order of sums.
     pretrained = tmp_path / "pretrained"
     helpers.write_pretrained_run(pretrained, SEQ, dropout=0.0)
@@ -260,7 +259,8 @@ def test_squad_under_mirrored_and_two_workers_gives_the_one_device_results(tmp_p
             "mirrored": ["--config.runtime.strategy=mirrored", "--config.runtime.cpu_devices=2"]}
     for name, flags in runs.items():
         result = subprocess.run(command + [f"--workdir={tmp_path / name}"] + flags, cwd=ROOT,
-                                capture_output=True, text=True, timeout=600, env=td._env())  # pylint: disable=protected-access
+                                capture_output=True, text=True, timeout=600,
+                                env=helpers.child_env())
         assert result.returncode == 0, result.stderr[-3000:]
         assert "best validation: exact=" in result.stdout and "HasAns_f1=" in result.stdout
     assert "MirroredStrategy: 2 replica(s)" in result.stderr
