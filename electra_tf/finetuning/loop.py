@@ -17,6 +17,7 @@ computes the same metrics; the chief writes the run (the others write aside, the
 it). The loop knows tasks only through `task.Task`: a new task is a new module.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -26,9 +27,11 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from electra_tf import config_check
 from electra_tf import errors
 from electra_tf import model_config
 from electra_tf import progress
+from electra_tf import workdir as workdir_lib
 from electra_tf.data import writer
 from electra_tf.finetuning import hparams
 from electra_tf.finetuning import model as model_lib
@@ -194,12 +197,7 @@ class FineTuner:
 def _check_config(config, workdir, task: task_lib.Task):
     """One-line errors for values that cannot work, and for a resume whose config
     disagrees with the run's (the data position and the head depend on them)."""
-    for key, low in (("train.batch_size", 1), ("train.epochs", 1e-9),
-                     ("train.learning_rate", 0), ("train.layerwise_lr_decay", 0),
-                     ("data.max_seq_length", 3), ("train.steps_per_loop", 1)):
-        section, name = key.split(".")
-        if not config[section][name] >= low:
-            raise errors.UserError(f"config.{key}={config[section][name]} must be >= {low:g}")
+    config_check.check(config)
     task.check_config()
     saved_path = os.path.join(workdir, "config.json")
     if tf.io.gfile.exists(saved_path):
@@ -222,6 +220,15 @@ def finetune(config, workdir: str, strategy=None) -> dict:
     task = tasks.get(config.task, config)
     _check_config(config, workdir, task)
     strategy = strategy or distribute.get_strategy(config.runtime)
+    chief = distribute.is_chief(strategy)
+    # One run writes a workdir: the chief holds it (the other workers write aside).
+    with workdir_lib.Lock(workdir) if chief else contextlib.nullcontext():
+        if chief:
+            workdir_lib.remove_partial_files(workdir)
+        return _finetune(config, workdir, strategy, task, chief)
+
+
+def _finetune(config, workdir, strategy, task, chief) -> dict:
     with strategy.scope():  # the encoder's variables must belong to the strategy
         vocab, pretrained, lower_case, run_config = load_pretrained(config.init_checkpoint)
     _default_rates(config, model_config.shape(run_config).discriminator)
@@ -249,7 +256,6 @@ def finetune(config, workdir: str, strategy=None) -> dict:
     # The chief writes the run; the other workers (multi_worker) save alongside it, as
     # checkpoints and SavedModels under a strategy must be written by every worker, into
     # WORKDIR/tmp/worker_N, removed at the end. Every worker resumes from the chief's files.
-    chief = distribute.is_chief(strategy)
     own = workdir if chief else os.path.join(workdir, "tmp",
                                              f"worker_{distribute.worker_id(strategy)}")
     checkpoint = tf.train.Checkpoint(step=tuner.step, model=tuner.model,
@@ -307,9 +313,11 @@ def finetune(config, workdir: str, strategy=None) -> dict:
                     config.train.steps_per_loop)
             loss = float(tuner.train_steps(iterator, tf.constant(n)))
             if not math.isfinite(loss):
-                raise FloatingPointError(f"loss is {loss} between steps {step} and {step + n}; "
-                                         "the last good checkpoint is the latest in "
-                                         f"{os.path.join(workdir, 'checkpoints')}")
+                raise errors.RunError(
+                    f"loss is {loss} between steps {step} and {step + n}: stopped without "
+                    "saving; the last good checkpoint is the latest in "
+                    f"{os.path.join(workdir, 'checkpoints')}. Lower "
+                    "config.train.learning_rate")
             step, offset = step + n, offset + n
             summaries.write_scalars(train_writer, {
                 "loss": loss, "learning_rate": float(tuner.optimizer.learning_rate)}, step)

@@ -35,9 +35,11 @@ import ml_collections
 import tensorflow as tf
 from absl import logging
 
+from electra_tf import config_check
 from electra_tf import errors
 from electra_tf import model_config
 from electra_tf import progress
+from electra_tf import workdir as workdir_lib
 from electra_tf.data import masking as masking_lib
 from electra_tf.data import order
 from electra_tf.data import pipeline
@@ -501,11 +503,19 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     """Pre-trains (resuming from `workdir` if it holds a checkpoint); returns the last
     evaluation's metrics (or the last training metrics without eval files)."""
     # ------------------------------------------------------------ runtime
+    config_check.check(config)  # every value in its range before anything is written
     config = model_config.resolve(config)  # the shape explicit, as config.json keeps it
     strategy = strategy or distribute.get_strategy(config.runtime)
     chief = distribute.is_chief(strategy)
     distribute.local_batch_size(strategy, config.train.batch_size)  # before any dataset
+    # One run writes a workdir: the chief holds it (the other workers write aside).
+    with workdir_lib.Lock(workdir) if chief else contextlib.nullcontext():
+        if chief:
+            workdir_lib.remove_partial_files(workdir)
+        return _train_and_evaluate(config, workdir, strategy, chief)
 
+
+def _train_and_evaluate(config, workdir, strategy, chief) -> dict[str, float]:
     # ------------------------------------------------------------ data
     if not config.data.vocab_file:
         raise errors.UserError("config.data.vocab_file is empty: give the vocab.txt the "

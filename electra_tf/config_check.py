@@ -1,0 +1,184 @@
+"""Every numeric field of the pre-training and fine-tuning configs has a range, checked in
+one place before a run writes anything: a one-line `UserError` naming the key, the value
+and what it must be.
+
+>>> from configs import electra
+>>> config = electra.get_config("tiny")
+>>> config.train.learning_rate = -1e-3
+>>> check(config)
+Traceback (most recent call last):
+...
+electra_tf.errors.UserError: config.train.learning_rate=-0.001: must be a number > 0
+>>> config.train.learning_rate = 1e-3
+>>> check(config)
+
+A field missing from a config (a config.json of an older version) is not checked; a
+numeric field with no range here is a bug that tests/test_config_check.py catches.
+"""
+
+import dataclasses
+import math
+
+from electra_tf import errors
+
+# Steps, sizes and counts go through int32 tensors somewhere: larger whole numbers are a
+# typo, not a run.
+_INT_MAX = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """A numeric field's values: whole numbers or real ones, between `low` and `high`
+    (each included unless `*_open`); `zero` says what 0 means where 0 is a default."""
+    whole: bool
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    zero: str = ""
+
+    def describe(self) -> str:
+        kind = "a whole number" if self.whole else "a number"
+        if self.low is not None and self.high is not None:
+            return (f"{kind} in {'(' if self.low_open else '['}{self.low:g}, "
+                    f"{self.high:g}{')' if self.high_open else ']'}")
+        if self.low is not None:
+            return f"{kind} {'>' if self.low_open else '>='} {self.low:g}"
+        if self.high is not None:
+            return f"{kind} {'<' if self.high_open else '<='} {self.high:g}"
+        return kind
+
+    def error(self, value) -> str | None:
+        """Why `value` is out of range, or None."""
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not numeric or (self.whole and not isinstance(value, int)) or (
+                not self.whole and not math.isfinite(value)):
+            return f"must be {self.describe()}"
+        low_bad = self.low is not None and (value <= self.low if self.low_open
+                                            else value < self.low)
+        high_bad = self.high is not None and (value >= self.high if self.high_open
+                                              else value > self.high)
+        if low_bad or high_bad:
+            return f"must be {self.describe()}" + (f" ({self.zero})" if self.zero else "")
+        if self.whole and abs(value) > _INT_MAX:
+            return f"must be at most {_INT_MAX}"
+        return None
+
+
+def _whole(low=None, **kwargs) -> Range:
+    return Range(True, low, **kwargs)
+
+
+def _real(low=None, high=None, **kwargs) -> Range:
+    return Range(False, low, high, **kwargs)
+
+
+POSITIVE = _whole(1)
+COUNT = _whole(0)  # 0 allowed: none, or off
+FRACTION = _real(0, 1)  # a share, 0 and 1 included
+PROBABILITY_OPEN = _real(0, 1, high_open=True)  # dropout, Adam's betas
+
+# configs/electra.py
+PRETRAINING = {
+    "data.max_seq_length": _whole(4, zero="[CLS] a [SEP] b: at least 4 tokens"),
+    "data.mask_prob": _real(0, 1, low_open=True),
+    "data.mask_token_rate": FRACTION,
+    "data.random_token_rate": FRACTION,
+    "data.shuffle_buffer": POSITIVE,
+    "model.hidden_size": _whole(0, zero="0: the size preset's"),
+    "model.num_layers": _whole(0, zero="0: the size preset's"),
+    "model.num_heads": _whole(0, zero="0: the size preset's"),
+    "model.intermediate_size": _whole(0, zero="0: the size preset's"),
+    "model.embedding_size": _whole(0, zero="0: the size preset's"),
+    "model.max_position_embeddings": POSITIVE,
+    "model.generator_hidden_fraction": _real(0, 1, low_open=True),
+    "model.generator_layer_fraction": _real(0, 1, low_open=True),
+    "model.generator_hidden_size": _whole(0, zero="0: from the fraction"),
+    "model.generator_num_layers": _whole(0, zero="0: from the fraction"),
+    "model.generator_num_heads": _whole(0, zero="0: one per 64 units"),
+    "model.generator_intermediate_size": _whole(0, zero="0: 4 x its hidden size"),
+    "model.generator_embedding_size": _whole(0, zero="0: its hidden size"),
+    "model.temperature": _real(0, low_open=True),
+    "model.disc_weight": _real(0),
+    "model.dropout": PROBABILITY_OPEN,
+    "train.batch_size": POSITIVE,
+    "train.steps": POSITIVE,
+    "train.learning_rate": _real(0, low_open=True),
+    "train.warmup_steps": COUNT,
+    "train.weight_decay": _real(0),
+    "train.adam_beta1": PROBABILITY_OPEN,
+    "train.adam_beta2": PROBABILITY_OPEN,
+    "train.adam_epsilon": _real(0, low_open=True),
+    "train.clip_norm": _real(0, zero="0: no clipping"),
+    "train.steps_per_loop": POSITIVE,
+    "train.checkpoint_every": POSITIVE,
+    "train.keep_checkpoints": POSITIVE,
+    "train.log_every": POSITIVE,
+    "train.eval_every": POSITIVE,
+    "train.eval_steps": POSITIVE,
+    "train.eval_predictions": COUNT,
+    "train.profile_steps": COUNT,
+    "train.two_stage_generator_steps": COUNT,
+    "train.seed": COUNT,
+    "train.accumulation_steps": POSITIVE,
+    "runtime.cpu_devices": COUNT,
+}
+
+# configs/finetune.py and the tasks' own fields (glue_task.py, squad_task.py)
+FINETUNING = {
+    "data.max_seq_length": _whole(3, zero="[CLS] a [SEP]: at least 3 tokens"),
+    "data.doc_stride": POSITIVE,
+    "data.max_query_length": POSITIVE,
+    "model.dropout": PROBABILITY_OPEN,
+    "model.beam_size": POSITIVE,
+    "model.max_answer_length": POSITIVE,
+    "model.answerable_weight": _real(0),
+    "model.null_threshold": _real(),
+    "train.batch_size": POSITIVE,
+    "train.epochs": _real(0, low_open=True),
+    "train.learning_rate": _real(0, zero="0: the pre-trained model's default"),
+    "train.layerwise_lr_decay": _real(0, 1, zero="0: the pre-trained model's default"),
+    "train.warmup_proportion": FRACTION,
+    "train.weight_decay": _real(0),
+    "train.clip_norm": _real(0, zero="0: no clipping"),
+    "train.eval_every": _whole(0, zero="0: every epoch"),
+    "train.steps_per_loop": POSITIVE,
+    "train.seed": COUNT,
+    "runtime.cpu_devices": COUNT,
+}
+
+
+def ranges_for(config) -> dict[str, Range]:
+    """The ranges of `config`'s kind: fine-tuning configs name a task."""
+    return FINETUNING if "task" in config else PRETRAINING
+
+
+def check(config) -> None:
+    """A `UserError` for the first field of `config` out of its range."""
+    for key, allowed in ranges_for(config).items():
+        section, name = key.split(".")
+        if section not in config or name not in config[section]:
+            continue
+        value = config[section][name]
+        why = allowed.error(value)
+        if why:
+            raise errors.UserError(f"config.{key}={value!r}: {why}")
+    if "task" not in config:
+        data = config.data
+        if data.mask_token_rate + data.random_token_rate > 1:
+            raise errors.UserError(
+                f"config.data.mask_token_rate={data.mask_token_rate!r} and "
+                f"config.data.random_token_rate={data.random_token_rate!r}: their sum is "
+                "the share of masked positions changed, at most 1")
+
+
+def numeric_keys(config) -> list[str]:
+    """Every "section.name" of `config` that holds a number (for the tests' walk)."""
+    keys = []
+    for section, fields in config.items():
+        if not hasattr(fields, "items"):
+            continue
+        for name, value in fields.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                keys.append(f"{section}.{name}")
+    return keys

@@ -1,0 +1,262 @@
+"""The workdir of a run: one run at a time holds it (`Lock`), and what a killed run left
+half-written is cleared before the next one writes (`remove_partial_files`).
+
+A lock is a file, `WORKDIR/lock.json`, naming its holder (host, pid, when it started, the
+command) and a heartbeat the holder refreshes. It is made by an atomic "create if absent"
+(a hard link on a local disk; on `gs://` and other tf.io.gfile file systems a rename
+that refuses to overwrite, then read back: best effort, as object stores offer no
+exclusive create). A lock whose holder is gone is taken over, so that the same command
+resumes after `kill -9` or a preemption with no cleanup by hand: on the same host, when
+its process no longer runs; from another host, when its heartbeat is older than
+`stale_after_secs`.
+
+>>> import tempfile
+>>> run = tempfile.mkdtemp()
+>>> with Lock(run) as lock:
+...     try:
+...         Lock(run).acquire()
+...     except errors.UserError as e:
+...         print(str(e).split(" (")[0].replace(run, "RUN"))
+RUN is in use by another run
+>>> tf.io.gfile.exists(os.path.join(run, LOCK_FILE))
+False
+"""
+
+import datetime
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+
+import tensorflow as tf
+from absl import logging
+
+from electra_tf import errors
+
+LOCK_FILE = "lock.json"
+# Refreshed by the holder this often; a lock from another host whose heartbeat is older
+# than STALE_AFTER_SECS is taken to be left by a run that is gone.
+HEARTBEAT_SECS = 60
+STALE_AFTER_SECS = 600
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of process `pid` (clock ticks since boot, from /proc), which tells a
+    pid that was reused by another process; None where /proc is not there."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _process_runs(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it runs
+        return True
+    return start is None or _process_start(pid) in (None, start)
+
+
+def prepare(workdir: str, flag: str = "--workdir") -> bool:
+    """Makes `workdir` if needed; returns whether it was made. A one-line error for a
+    path that is a file or cannot be written."""
+    if tf.io.gfile.exists(workdir) and not tf.io.gfile.isdir(workdir):
+        raise errors.UserError(f"{flag}={workdir} is a file, not a directory")
+    made = not tf.io.gfile.exists(workdir)
+    try:
+        tf.io.gfile.makedirs(workdir)
+    except (tf.errors.OpError, OSError) as e:
+        raise errors.UserError(f"{flag}={workdir}: cannot create the directory ("
+                               f"{_reason(e)})") from None
+    if _is_local(workdir) and not os.access(workdir, os.W_OK | os.X_OK):
+        raise errors.UserError(f"{flag}={workdir}: cannot write there (permission denied "
+                               "or a read-only file system)")
+    return made
+
+
+def _reason(e: Exception) -> str:
+    message = getattr(e, "message", None) or getattr(e, "strerror", None) or str(e)
+    return " ".join(str(message).split()) or type(e).__name__
+
+
+class Lock:
+    """Holds `workdir` for this process: `with Lock(workdir): ...`, or `acquire()` and
+    `release()`. A second `Lock` on the same workdir, in any process on any host, raises
+    a `UserError` naming the holder, unless the holder is gone (module docstring)."""
+
+    def __init__(self, workdir: str, flag: str = "--workdir",
+                 heartbeat_secs: float = HEARTBEAT_SECS,
+                 stale_after_secs: float = STALE_AFTER_SECS):
+        self.workdir, self.flag = workdir, flag
+        self.path = os.path.join(workdir, LOCK_FILE)
+        self.heartbeat_secs, self.stale_after_secs = heartbeat_secs, stale_after_secs
+        self.token = uuid.uuid4().hex
+        self._made_workdir = False
+        self._stop = threading.Event()
+        self._thread = None
+
+    # ------------------------------------------------------------------ holder
+    def _holder(self) -> dict:
+        now = time.time()
+        return {"host": socket.gethostname(), "pid": os.getpid(),
+                "process_start": _process_start(os.getpid()),
+                "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                "heartbeat": now, "command": " ".join(sys.argv)[:500], "token": self.token}
+
+    def _read(self) -> dict | None:
+        """The lock file's holder; {} for a file being written or damaged; None if absent."""
+        try:
+            with tf.io.gfile.GFile(self.path) as f:
+                holder = json.load(f)
+            return holder if isinstance(holder, dict) else {}
+        except tf.errors.NotFoundError:
+            return None
+        except (ValueError, tf.errors.OpError):
+            return {}
+
+    def _gone(self, holder: dict) -> bool:
+        """Whether the run named by `holder` no longer runs."""
+        if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
+            return not _process_runs(holder["pid"], holder.get("process_start"))
+        beat = holder.get("heartbeat")
+        if not isinstance(beat, (int, float)):  # a file being written, or damaged
+            try:
+                beat = tf.io.gfile.stat(self.path).mtime_nsec / 1e9
+            except tf.errors.OpError:
+                return False
+        return time.time() - beat > self.stale_after_secs
+
+    # ------------------------------------------------------------------ taking it
+    def _create(self, holder: dict) -> bool:
+        """Writes the lock file if there is none; whether this call made it."""
+        tmp = f"{self.path}.{self.token}.tmp"
+        with tf.io.gfile.GFile(tmp, "w") as f:
+            f.write(json.dumps(holder, indent=2) + "\n")
+        try:
+            if _is_local(self.path):
+                try:
+                    os.link(tmp, self.path)  # atomic, and fails if the lock exists
+                except FileExistsError:
+                    return False
+                return True
+            try:
+                tf.io.gfile.rename(tmp, self.path, overwrite=False)
+            except tf.errors.AlreadyExistsError:
+                return False
+            written = self._read() or {}
+            return written.get("token") == self.token
+        finally:
+            if tf.io.gfile.exists(tmp):
+                tf.io.gfile.remove(tmp)
+
+    def acquire(self) -> "Lock":
+        self._made_workdir = prepare(self.workdir, self.flag)
+        try:
+            made = self._create(self._holder())
+        except (tf.errors.OpError, OSError) as e:
+            raise errors.UserError(f"{self.flag}={self.workdir}: cannot write there ("
+                                   f"{_reason(e)})") from None
+        if not made:
+            holder = self._read()
+            if holder is not None and not self._gone(holder):
+                raise errors.UserError(
+                    f"{self.workdir} is in use by another run ({_describe(holder)}); wait "
+                    f"for it to end or use another {self.flag}. If that run is gone, "
+                    f"remove {self.path}")
+            if holder is not None:
+                logging.warning("Taking over %s from a run that is gone (%s)", self.path,
+                                _describe(holder))
+                try:
+                    tf.io.gfile.remove(self.path)
+                except tf.errors.NotFoundError:
+                    pass  # another process took it over first: _create says who won
+            if not self._create(self._holder()):
+                raise errors.UserError(
+                    f"{self.workdir} is in use by another run ({_describe(self._read() or {})}"
+                    f"); wait for it to end or use another {self.flag}")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._beat, name="workdir-lock",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def _beat(self):
+        while not self._stop.wait(self.heartbeat_secs):
+            try:
+                holder = self._read()
+                if not holder or holder.get("token") != self.token:
+                    logging.error("%s is no longer this run's (%s): another run may write "
+                                  "into %s", self.path, _describe(holder or {}), self.workdir)
+                    return
+                holder["heartbeat"] = time.time()
+                tmp = f"{self.path}.{self.token}.tmp"
+                with tf.io.gfile.GFile(tmp, "w") as f:
+                    f.write(json.dumps(holder, indent=2) + "\n")
+                tf.io.gfile.rename(tmp, self.path, overwrite=True)
+            except (tf.errors.OpError, OSError) as e:  # a storage hiccup: try next time
+                logging.warning("Cannot refresh %s (%s)", self.path, _reason(e))
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        holder = self._read()
+        if holder and holder.get("token") == self.token:
+            tf.io.gfile.remove(self.path)
+        # A workdir this lock made and nothing else wrote into (the run stopped on bad
+        # input before writing): leave no trace of it.
+        if self._made_workdir and not tf.io.gfile.listdir(self.workdir):
+            tf.io.gfile.rmtree(self.workdir)
+
+    def __enter__(self) -> "Lock":
+        return self.acquire()
+
+    def __exit__(self, *exc_info):
+        self.release()
+
+
+def _describe(holder: dict) -> str:
+    if not holder:
+        return "its lock file is being written or is damaged"
+    beat = holder.get("heartbeat")
+    ago = (f", last heartbeat {time.time() - beat:.0f}s ago"
+           if isinstance(beat, (int, float)) else "")
+    return (f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, since "
+            f"{holder.get('started', '?')}{ago}")
+
+
+# Left by a run killed while writing: TF's checkpoint state file written aside
+# (checkpoint.tmp<hex>), a checkpoint's shards before their merge (ckpt-N_temp/), and our
+# own files written aside (data/writer.py's write_text_atomic: NAME.tmp).
+_PARTIAL = ("*.tmp", "checkpoints/checkpoint.tmp*", "checkpoints/*_temp",
+            "checkpoints/*_temp_*", "best/*_temp", "best/*_temp_*", "best/*.tmp*")
+
+
+def remove_partial_files(workdir: str) -> list[str]:
+    """Removes what a killed run left half-written in `workdir` (call it holding the
+    workdir's `Lock`); returns the paths removed."""
+    removed = []
+    for pattern in _PARTIAL:
+        for path in tf.io.gfile.glob(os.path.join(workdir, pattern)):
+            if os.path.basename(path).startswith(LOCK_FILE):  # another run's try to take it
+                continue
+            if tf.io.gfile.isdir(path):
+                tf.io.gfile.rmtree(path)
+            else:
+                tf.io.gfile.remove(path)
+            removed.append(path)
+    if removed:
+        logging.info("Removed what an interrupted run left half-written: %s",
+                     ", ".join(os.path.relpath(p, workdir) for p in removed))
+    return removed

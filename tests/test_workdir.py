@@ -1,0 +1,146 @@
+"""One run per workdir: the lock, its takeover from a run that is gone, and what a killed
+run left half-written."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from electra_tf import errors
+from electra_tf import workdir as workdir_lib
+from tests import helpers
+
+
+def _write_holder(workdir, **fields):
+    holder = {"host": socket.gethostname(), "pid": os.getpid(), "started": "earlier",
+              "heartbeat": time.time(), "token": "someone-else", **fields}
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, workdir_lib.LOCK_FILE), "w") as f:
+        json.dump(holder, f)
+
+
+def _gone_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_a_second_lock_is_refused_naming_the_holder(tmp_path):
+    run = str(tmp_path / "run")
+    with workdir_lib.Lock(run) as lock:
+        holder = json.loads((tmp_path / "run" / "lock.json").read_text())
+        assert holder["pid"] == os.getpid() and holder["token"] == lock.token
+        with pytest.raises(errors.UserError) as e:
+            workdir_lib.Lock(run).acquire()
+        message = str(e.value)
+        assert "\n" not in message
+        assert f"{run} is in use by another run (pid {os.getpid()} on " \
+               f"{socket.gethostname()}, since {holder['started']}" in message
+    assert not os.path.exists(os.path.join(run, "lock.json"))
+    workdir_lib.Lock(run).acquire().release()  # free again
+
+
+def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path):
+    run = str(tmp_path / "run")
+    _write_holder(run, pid=_gone_pid())
+    with workdir_lib.Lock(run) as lock:
+        holder = json.loads((tmp_path / "run" / "lock.json").read_text())
+        assert holder["token"] == lock.token
+
+
+def test_a_reused_pid_is_not_the_holder(tmp_path):
+    # Our own pid, but a process that started at another time: the holder is gone.
+    run = str(tmp_path / "run")
+    _write_holder(run, process_start="1")
+    workdir_lib.Lock(run).acquire().release()
+
+
+def test_another_hosts_lock_holds_until_its_heartbeat_is_stale(tmp_path):
+    run = str(tmp_path / "run")
+    _write_holder(run, host="elsewhere", pid=1, heartbeat=time.time() - 30)
+    with pytest.raises(errors.UserError, match="pid 1 on elsewhere.*heartbeat 30s ago"):
+        workdir_lib.Lock(run, stale_after_secs=60).acquire()
+    _write_holder(run, host="elsewhere", pid=1, heartbeat=time.time() - 120)
+    workdir_lib.Lock(run, stale_after_secs=60).acquire().release()
+
+
+def test_a_damaged_lock_file_is_taken_over_only_once_stale(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "lock.json").write_text("")  # a holder killed while writing it, or one writing
+    with pytest.raises(errors.UserError, match="being written or is damaged"):
+        workdir_lib.Lock(str(run), stale_after_secs=60).acquire()
+    old = time.time() - 120
+    os.utime(run / "lock.json", (old, old))
+    workdir_lib.Lock(str(run), stale_after_secs=60).acquire().release()
+
+
+def test_the_heartbeat_is_refreshed(tmp_path):
+    run = str(tmp_path / "run")
+    with workdir_lib.Lock(run, heartbeat_secs=0.05):
+        first = json.loads((tmp_path / "run" / "lock.json").read_text())["heartbeat"]
+        deadline = time.time() + 10
+        while json.loads((tmp_path / "run" / "lock.json").read_text())["heartbeat"] == first:
+            assert time.time() < deadline, "no heartbeat"
+            time.sleep(0.05)
+
+
+def test_a_workdir_made_by_the_lock_and_left_empty_is_removed(tmp_path):
+    made = tmp_path / "new"
+    workdir_lib.Lock(str(made)).acquire().release()
+    assert not made.exists()
+    kept = tmp_path / "kept"
+    with workdir_lib.Lock(str(kept)):
+        (kept / "config.json").write_text("{}")
+    assert os.listdir(kept) == ["config.json"]
+
+
+def test_a_workdir_that_is_a_file_or_cannot_be_made(tmp_path):
+    path = tmp_path / "file"
+    path.write_text("mine")
+    with pytest.raises(errors.UserError, match=f"--workdir={path} is a file, not a directory"):
+        workdir_lib.Lock(str(path)).acquire()
+    assert path.read_text() == "mine"
+    # /sys refuses new directories, to root too (as a read-only file system does).
+    with pytest.raises(errors.UserError, match="--workdir=/sys/electra_run: cannot create"):
+        workdir_lib.Lock("/sys/electra_run").acquire()
+
+
+def test_half_written_files_are_removed_and_nothing_else(tmp_path):
+    run = tmp_path / "run"
+    checkpoints = run / "checkpoints"
+    (checkpoints / "ckpt-20_temp").mkdir(parents=True)
+    (checkpoints / "ckpt-20_temp" / "part-00000-of-00001.index").write_bytes(b"")
+    for name in ("checkpoint.tmp0123abcd", "checkpoint", "ckpt-10.index",
+                 "ckpt-10.data-00000-of-00001"):
+        (checkpoints / name).write_bytes(b"")
+    for name in ("config.json.tmp", "config.json", "vocab.txt"):
+        (run / name).write_text("")
+    removed = workdir_lib.remove_partial_files(str(run))
+    assert sorted(os.path.relpath(p, run) for p in removed) == [
+        "checkpoints/checkpoint.tmp0123abcd", "checkpoints/ckpt-20_temp", "config.json.tmp"]
+    assert sorted(os.listdir(checkpoints)) == [
+        "checkpoint", "ckpt-10.data-00000-of-00001", "ckpt-10.index"]
+    assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "vocab.txt"]
+
+
+def test_the_binary_refuses_a_held_workdir_and_writes_nothing(tmp_path):
+    vocab = helpers.write_vocab(str(tmp_path))
+    data = helpers.make_data(str(tmp_path), vocab, max_seq_length=32)
+    run = tmp_path / "run"
+    with workdir_lib.Lock(str(run)):
+        before = sorted(os.listdir(run))
+        result = subprocess.run(
+            helpers.train_command({"train": data, "eval": "", "vocab": vocab.path}, str(run),
+                                  steps=2),
+            cwd=helpers.ROOT, capture_output=True, text=True, timeout=300,
+            env=helpers.child_env())
+        assert sorted(os.listdir(run)) == before
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"error: {run} is in use by another run (pid {os.getpid()}")
+    assert "Traceback" not in result.stderr
