@@ -163,13 +163,13 @@ def check(config) -> None:
         why = allowed.error(value)
         if why:
             raise errors.UserError(f"config.{key}={value!r}: {why}")
-    if "task" not in config:
-        data = config.data
-        if data.mask_token_rate + data.random_token_rate > 1:
+    if "task" not in config and "data" in config:
+        data = config["data"]
+        mask, random = data.get("mask_token_rate", 0.0), data.get("random_token_rate", 0.0)
+        if mask + random > 1:
             raise errors.UserError(
-                f"config.data.mask_token_rate={data.mask_token_rate!r} and "
-                f"config.data.random_token_rate={data.random_token_rate!r}: their sum is "
-                "the share of masked positions changed, at most 1")
+                f"config.data.mask_token_rate={mask!r} and config.data.random_token_rate="
+                f"{random!r}: their sum is the share of masked positions changed, at most 1")
 
 
 def numeric_keys(config) -> list[str]:
