@@ -2,6 +2,7 @@
 SIGKILL or stopped with SIGTERM resumes to exactly the weights of an uninterrupted run."""
 
 import glob
+import json
 import os
 import random
 import shutil
@@ -100,9 +101,12 @@ def test_sigkill_at_a_random_moment_then_resume_is_exact(data, uninterrupted, tm
     killed_at = max(_checkpoint_steps(workdir), default=0)
     assert killed_at < STEPS, "the run finished before the kill"
 
+    # The killed run's lock (its pid gone) is taken over: the same command just resumes.
+    assert os.path.exists(os.path.join(workdir, "lock.json"))
     result = _run(data, workdir)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "Resumed from" in result.stderr
+    assert "Resumed from" in result.stderr and "Taking over" in result.stderr
+    assert not os.path.exists(os.path.join(workdir, "lock.json"))
     final = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
     assert final.endswith(f"ckpt-{STEPS}")
     _assert_same_checkpoint(final, uninterrupted)
@@ -217,3 +221,27 @@ def test_a_run_resumed_at_a_forged_billionth_step_continues_exactly(data, tmp_pa
     moments = [n for n in after if "optimizer" in n and n.endswith("VARIABLE_VALUE")
                and after[n].dtype.kind == "f" and after[n].size > 1]
     assert moments and sum(not np.array_equal(before[n], after[n]) for n in moments) > 10
+
+
+@pytest.mark.slow  # two training processes; the lock's own tests are fast (test_workdir.py)
+def test_a_second_run_on_a_busy_workdir_refuses_and_the_first_keeps_its_own(data, tmp_path):
+    """Started a moment after the first with another learning rate, the second run exits
+    2 naming the first; the first ends with its own config, checkpoints and events."""
+    workdir = str(tmp_path / "run")
+    with open(tmp_path / "first.log", "w") as log:
+        first = _start(data, workdir, log)
+        _wait_for(lambda: os.path.exists(os.path.join(workdir, "lock.json")), first)
+        second = subprocess.run(
+            _command(data, workdir) + ["--config.train.learning_rate=0.01"], cwd=ROOT,
+            capture_output=True, text=True, timeout=600)
+        assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-3000:]
+    assert second.returncode == 2, second.stderr[-3000:]
+    last = second.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {workdir} is in use by another run (pid {first.pid} ")
+    assert "Traceback" not in second.stderr
+    with open(os.path.join(workdir, "config.json")) as f:
+        assert json.load(f)["train"]["learning_rate"] == 2e-3  # the tiny config's, not 0.01
+    assert _checkpoint_steps(workdir)[-1] == STEPS
+    events = glob.glob(os.path.join(workdir, "logs", "train", "events.out.tfevents.*"))
+    assert len(events) == 1  # one run wrote the TensorBoard log
+    assert not os.path.exists(os.path.join(workdir, "lock.json"))
