@@ -1,7 +1,11 @@
-"""Flags that several tools share: where the corpus comes from."""
+"""Flags that several tools share: where the corpus comes from, and the early check of
+an output path (a tool finds a bad one before its work, not after)."""
+
+import os
 
 from absl import flags
 
+from electra_tf import errors
 from electra_tf.text import corpus
 
 
@@ -17,3 +21,28 @@ def define_corpus_flags():
 def open_corpus_from_flags() -> corpus.Corpus:
     f = flags.FLAGS
     return corpus.open_corpus(f.input, f.tfds, f.tfds_data_dir, f.tfds_text_key)
+
+
+def check_output_path(flag: str, path: str, directory: bool = False) -> None:
+    """Raises `UserError` naming `--flag=path` if the tool could not write there: a
+    directory where a file goes, a file where a directory goes, a file on the way to it,
+    or a folder it may not write in. Missing folders are fine (the tools make them).
+
+    >>> check_output_path("output", "/")
+    Traceback (most recent call last):
+    ...
+    electra_tf.errors.UserError: --output=/: a directory; give the path of a file
+    """
+    if "://" in path:  # gs:// and other remote file systems answer for themselves
+        return
+    if os.path.isdir(path) and not directory:
+        raise errors.UserError(f"--{flag}={path}: a directory; give the path of a file")
+    if os.path.exists(path) and not os.path.isdir(path) and directory:
+        raise errors.UserError(f"--{flag}={path}: a file, not a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):  # the nearest folder that exists (or a file)
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise errors.UserError(f"--{flag}={path}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise errors.UserError(f"--{flag}={path}: no permission to write in {parent}")

@@ -205,3 +205,33 @@ def run_local_workers(command, log_dir, num_workers=2, timeout=480) -> list[str]
                 env=child_env(TF_CONFIG=json.dumps(tf_config))))
     td._wait_all(procs, logs, timeout=timeout)  # pylint: disable=protected-access
     return [td._tail(log, 400) for log in logs]  # pylint: disable=protected-access
+
+
+def one_line_error(result) -> str:
+    """The `error: ...` line of a tool that refused its input; asserts exit code 2, no
+    traceback, and that every other line of stderr is a log line."""
+    import re  # pylint: disable=g-import-not-at-top
+    # What TF's C++ runtime and absl's logger write ("E1126 09:46:01.53 123 file.cc:52]
+    # ..."): start-up chatter (no CUDA driver here) and log lines, never the tool's error.
+    log_line = re.compile(r"^[IWEF]\d{4} [\d:.]+ +\d+ \S+:\d+\] |"
+                          r"^WARNING: All log messages before absl::InitializeLog\(\)")
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    lines = [l for l in result.stderr.splitlines() if l.strip() and not log_line.match(l)]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and lines[0][7:].strip(), lines
+    return lines[0]
+
+
+def snapshot(path) -> dict:
+    """{relative path: bytes} of a file or every file under a directory, to assert that
+    a refused command left them as they were."""
+    if os.path.isfile(path):
+        with open(path, "rb") as f:
+            return {"": f.read()}
+    files = {}
+    for directory, _, names in os.walk(path):
+        for name in names:
+            full = os.path.join(directory, name)
+            with open(full, "rb") as f:
+                files[os.path.relpath(full, path)] = f.read()
+    return files

@@ -66,6 +66,7 @@ import tensorflow as tf
 import tensorflow_text as text
 
 from electra_tf import errors
+from electra_tf import flags as common_flags
 from electra_tf.data import masking
 from electra_tf.data import pipeline
 from electra_tf.data import writer
@@ -84,7 +85,8 @@ _CONFIG = config_flags.DEFINE_config_file(
     "Pre-training config and size (train mode), e.g. configs/electra.py:small.",
     lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/electra_tf_benchmark", "Cache directory.")
-_SEQ_LEN = flags.DEFINE_integer("seq_len", 128, "max_seq_length (overrides the config's).")
+_SEQ_LEN = flags.DEFINE_integer("seq_len", 128, "max_seq_length (overrides the config's).",
+                                lower_bound=writer.MIN_SEQ_LENGTH)
 _BATCH_SIZE = flags.DEFINE_integer(
     "batch_size", None, "Global batch size (overrides the config's); default 32 in train "
     "mode, 128 in input mode.")
@@ -96,7 +98,8 @@ _STEPS_PER_LOOP = flags.DEFINE_integer(
     "steps_per_loop", 1, "Steps per `train_loop` call (train mode); one timing per loop.")
 _VOCAB_SIZE = flags.DEFINE_integer(
     "vocab_size", None, "Train mode: vocabulary of the synthetic batches (default 30522, "
-    "BERT's). Input modes and --compare_data: vocab size to learn (default 8192).")
+    "BERT's). Input modes and --compare_data: vocab size to learn (default 8192).",
+    lower_bound=len(tokenizer_lib.SPECIAL_TOKENS) + 1)
 _REAL_DATA = flags.DEFINE_string(
     "real_data", None, "Train mode: feed real TFRecords (a data dir, manifest or glob) "
     "through electra_tf.data.pipeline instead of synthetic batches; needs --vocab_file.")
@@ -120,7 +123,8 @@ _PROFILE_DIR = flags.DEFINE_string(
 _RESUME_STEPS = flags.DEFINE_list(
     "resume_steps", ["0", "1000000"], "Resume mode: the (forged) steps to resume at.")
 _RESUME_REPEATS = flags.DEFINE_integer("resume_repeats", 3, "Resume mode: timings per step.")
-_CORPUS_COPIES = flags.DEFINE_integer("corpus_copies", 8, "Sample corpus repetitions.")
+_CORPUS_COPIES = flags.DEFINE_integer("corpus_copies", 8, "Sample corpus repetitions.",
+                                      lower_bound=1)
 
 
 def _flag(flag, default):
@@ -130,6 +134,7 @@ def _flag(flag, default):
 def _prepare():
     """Corpus (the sample, repeated), vocab and TFRecords in the workdir, made once."""
     workdir = _WORKDIR.value
+    common_flags.check_output_path("workdir", workdir, directory=True)
     os.makedirs(workdir, exist_ok=True)
     corpus_path = os.path.join(workdir, "corpus.txt")
     if not os.path.exists(corpus_path):

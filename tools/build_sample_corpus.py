@@ -15,6 +15,7 @@ from electra_tf import cli  # first: quiets TF's start-up logging
 
 from absl import flags
 
+from electra_tf import flags as common_flags
 from electra_tf.text import corpus
 
 _OUTPUT = flags.DEFINE_string("output", None, "Text file to write.", required=True)
@@ -27,6 +28,9 @@ _HELDOUT_EVERY = flags.DEFINE_integer(
 
 def main(argv):
     del argv
+    for flag in (_OUTPUT, _HELDOUT_OUTPUT):
+        if flag.value:
+            common_flags.check_output_path(flag.name, flag.value)
     documents = list(corpus.stdlib_documents())
     heldout = []
     if _HELDOUT_OUTPUT.value:

@@ -1,11 +1,13 @@
 r"""Learns a WordPiece vocabulary (BERT format) with tf.text's vocab learner.
 
   python tools/build_vocab.py --input='corpus/*.txt' --vocab_size=30522 \
-      --output=vocab.txt [--nolower_case] [--sample_lines=1000000]
+      --output=vocab.txt [--nolower_case] [--sample_lines=1000000] [--overwrite]
   python tools/build_vocab.py --tfds=NAME[:split] --tfds_data_dir=DIR ...
 
 Lower-cased and accent-stripped by default (BERT-uncased). `[PAD] [UNK] [CLS] [SEP]
 [MASK]` come first. A corpus larger than `--sample_lines` lines is sampled uniformly.
+An existing `--output` is replaced only with `--overwrite`, and only once the new vocab
+is complete.
 """
 
 from electra_tf import cli  # first: quiets TF's start-up logging
@@ -13,23 +15,37 @@ from electra_tf import cli  # first: quiets TF's start-up logging
 import time
 
 from absl import flags
+import tensorflow as tf
 
+from electra_tf import errors
 from electra_tf import flags as common_flags
 from electra_tf.text import corpus
+from electra_tf.text import tokenizer
 from electra_tf.text import vocab as vocab_lib
 
 common_flags.define_corpus_flags()
 _VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 30522, "Largest vocabulary size.")
+flags.register_validator(
+    "vocab_size", lambda n: n > len(tokenizer.SPECIAL_TOKENS),
+    f"must exceed the {len(tokenizer.SPECIAL_TOKENS)} special tokens "
+    f"({' '.join(tokenizer.SPECIAL_TOKENS)})")
 _OUTPUT = flags.DEFINE_string("output", None, "Where to write vocab.txt.", required=True)
+_OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace an existing --output.")
 _LOWER_CASE = flags.DEFINE_boolean("lower_case", True, "Lower-case and strip accents.")
 _SAMPLE_LINES = flags.DEFINE_integer(
-    "sample_lines", 1_000_000, "Learn from a uniform sample of at most this many lines.")
+    "sample_lines", 1_000_000, "Learn from a uniform sample of at most this many lines.",
+    lower_bound=1)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the line sample.")
 
 
 def main(argv):
     del argv
     start = time.monotonic()
+    output = _OUTPUT.value
+    common_flags.check_output_path("output", output)
+    if tf.io.gfile.exists(output) and not _OVERWRITE.value:  # before the corpus is read
+        raise errors.UserError(f"--output={output} exists; pass --overwrite to replace it "
+                               "or choose another --output")
     source = common_flags.open_corpus_from_flags()
     progress, read = corpus.progress_of(
         source, log=lambda line: print(f"reading: {line}", flush=True))
@@ -40,6 +56,9 @@ def main(argv):
             progress.update(read())
     sample, seen = vocab_lib.sample_lines(lines(), _SAMPLE_LINES.value, _SEED.value)
     progress.update(read(), force=True)
+    if not sample:
+        raise errors.UserError(f"{source.flag()}: no text to learn from (every line is "
+                               f"empty); {output} was not written")
     if seen > len(sample):
         print(f"learning from a uniform sample of {len(sample):,} of {seen:,} lines "
               f"(--sample_lines={_SAMPLE_LINES.value:,})")
@@ -50,10 +69,10 @@ def main(argv):
     tokens = vocab_lib.learn_vocab(
         sample, _VOCAB_SIZE.value, lower_case=_LOWER_CASE.value,
         log=lambda line: print(line, flush=True))
-    vocab_lib.write_vocab(tokens, _OUTPUT.value)
+    vocab_lib.write_vocab(tokens, output)
     short = (f" (asked for {_VOCAB_SIZE.value:,}: too few words occur often enough in "
              "the corpus for more)") if len(tokens) < 0.95 * _VOCAB_SIZE.value else ""
-    print(f"wrote {len(tokens):,} tokens{short} to {_OUTPUT.value} "
+    print(f"wrote {len(tokens):,} tokens{short} to {output} "
           f"in {time.monotonic() - start:.0f}s")
 
 

@@ -37,6 +37,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from electra_tf import errors
+from electra_tf import flags as common_flags
 
 config_flags.DEFINE_config_file("config", "configs/electra.py:tiny",
                                 "The pre-training config every objective shares.")
@@ -46,16 +47,18 @@ _OBJECTIVES = flags.DEFINE_list("objectives", "electra,electra_15,mlm,replace_ml
                                 "all_tokens_mlm", "The objectives to compare.")
 _BUDGET = flags.DEFINE_string("budget_objective", "electra", "The budget is the FLOPs of "
                               "config.train.steps steps of this objective.")
-_EVALUATIONS = flags.DEFINE_integer("evaluations", 4, "Held-out evaluations per run.")
+_EVALUATIONS = flags.DEFINE_integer("evaluations", 4, "Held-out evaluations per run.",
+                                    lower_bound=1)
 _TASK = flags.DEFINE_string("task", "sst2", "The GLUE task of --task_dir "
                             "(configs/finetune.py:TASK).")
 _TASK_DIR = flags.DEFINE_string("task_dir", None, "The task's TSVs (train.tsv, dev.tsv).")
 _TASK_TEXT = flags.DEFINE_string("task_text", None, "Or make the task from this text "
                                  "file's lines (original vs two words swapped).")
 _TASK_EXAMPLES = flags.DEFINE_integer("task_examples", 2000, "--task_text: train "
-                                      "examples (dev: a quarter as many).")
-_FT_EPOCHS = flags.DEFINE_integer("finetune_epochs", 3, "Fine-tuning epochs.")
-_FT_BATCH = flags.DEFINE_integer("finetune_batch_size", 32, "Fine-tuning batch size.")
+                                      "examples (dev: a quarter as many).", lower_bound=1)
+_FT_EPOCHS = flags.DEFINE_integer("finetune_epochs", 3, "Fine-tuning epochs.", lower_bound=1)
+_FT_BATCH = flags.DEFINE_integer("finetune_batch_size", 32, "Fine-tuning batch size.",
+                                 lower_bound=1)
 
 
 def swapped_words_task(text_file: str, directory: str, num_train: int, seed: int) -> str:
@@ -218,6 +221,13 @@ def main(argv):
         raise errors.UserError("give --task_dir=GLUE_TSV_DIR or --task_text=FILE")
     if not config.data.vocab_file:
         raise errors.UserError("config.data.vocab_file is empty")
+    # Before hours of pre-training, not after them.
+    if _TASK_TEXT.value and not os.path.isfile(_TASK_TEXT.value):
+        raise errors.UserError(f"--task_text={_TASK_TEXT.value}: " + (
+            "a directory, not a file" if os.path.isdir(_TASK_TEXT.value) else "no such file"))
+    if _TASK_DIR.value and not os.path.isdir(_TASK_DIR.value):
+        raise errors.UserError(f"--task_dir={_TASK_DIR.value}: no such directory")
+    common_flags.check_output_path("output_dir", out, directory=True)
     vocab = tokenizer.Vocab.load(config.data.vocab_file)
     os.makedirs(out, exist_ok=True)
     task_dir = _TASK_DIR.value or swapped_words_task(

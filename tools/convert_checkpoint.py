@@ -34,6 +34,7 @@ from absl import flags
 from absl import logging
 
 from electra_tf import errors
+from electra_tf import flags as common_flags
 from electra_tf import model_config
 from electra_tf.model import sizes
 from electra_tf.serving import convert
@@ -48,10 +49,10 @@ _INPUT = flags.DEFINE_string("input", None, "Checkpoint to read (see above).", r
 _OUTPUT = flags.DEFINE_string("output", None, "New directory to write.", required=True)
 _NUM_HEADS = flags.DEFINE_integer(
     "num_heads", None, "TF1 input: the discriminator's attention heads (default: a "
-    "preset's with its dimensions, else hidden / 64).")
+    "preset's with its dimensions, else hidden / 64).", lower_bound=1)
 _GENERATOR_NUM_HEADS = flags.DEFINE_integer(
     "generator_num_heads", None, "TF1 input: the generator's attention heads (default: "
-    "the discriminator's at its width, else hidden / 64).")
+    "the discriminator's at its width, else hidden / 64).", lower_bound=1)
 _LOWER_CASE = flags.DEFINE_boolean(
     "lower_case", None, "--to=hf: whether the vocab is lower-cased (tokenizer_config.json; "
     "default: what the input says, else true).")
@@ -74,6 +75,7 @@ def main(argv):
     if _FROM.value != "tf1" and (_NUM_HEADS.value or _GENERATOR_NUM_HEADS.value):
         raise errors.UserError(f"--num_heads and --generator_num_heads are for --from=tf1; "
                                f"--from={_FROM.value} input says its heads itself")
+    common_flags.check_output_path("output", _OUTPUT.value, directory=True)
     start = time.monotonic()
     print(f"reading {_INPUT.value} (--from={_FROM.value})", flush=True)
     weights = convert.read(_FROM.value, _INPUT.value, _NUM_HEADS.value,

@@ -23,8 +23,13 @@ _VOCAB_FILE = flags.DEFINE_string("vocab_file", None, "BERT-format vocab.txt.",
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Directory for shards and manifest.",
                                   required=True)
 _MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", 128, "Tokens per example.")
+flags.register_validator(
+    "max_seq_length", lambda n: n >= writer.MIN_SEQ_LENGTH,
+    f"must be at least {writer.MIN_SEQ_LENGTH}, room for [CLS] A [SEP] B [SEP] with a "
+    "token in each segment")
 _NUM_SHARDS = flags.DEFINE_integer("num_shards", None,
-                                   "Number of shards (default: one per 64 MB of text).")
+                                   "Number of shards (default: one per 64 MB of text).",
+                                   lower_bound=1)
 _LOWER_CASE = flags.DEFINE_boolean("lower_case", True, "Lower-case and strip accents; "
                                    "must match how the vocab was made.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the packing's random choices.")
@@ -33,6 +38,7 @@ _OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace a dataset in --ou
 
 def main(argv):
     del argv
+    common_flags.check_output_path("output_dir", _OUTPUT_DIR.value, directory=True)
     vocab = tokenizer.Vocab.load(_VOCAB_FILE.value)  # before reading any text
     source = common_flags.open_corpus_from_flags()
     num_shards = _NUM_SHARDS.value or writer.default_num_shards(source.size_estimate)

@@ -17,6 +17,7 @@ from absl import flags
 from absl import logging
 
 from electra_tf import errors
+from electra_tf import flags as common_flags
 from electra_tf.serving import export
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's --workdir.",
@@ -27,7 +28,8 @@ _CHECKPOINT = flags.DEFINE_string(
     "checkpoint", None, "A checkpoint prefix (default: a pre-training run's latest, a "
     "fine-tuning run's best).")
 _MAX_SEQ_LENGTH = flags.DEFINE_integer(
-    "max_seq_length", None, "Tokens per request row (default: the run's max_seq_length).")
+    "max_seq_length", None, "Tokens per request row (default: the run's max_seq_length).",
+    lower_bound=1)
 _VOCAB_FILE = flags.DEFINE_string(
     "vocab_file", None, "The vocab to tokenize with (default: the run's vocab.txt; same size).")
 _LOWER_CASE = flags.DEFINE_boolean(
@@ -38,6 +40,7 @@ _LOWER_CASE = flags.DEFINE_boolean(
 def main(argv):
     del argv
     logging.set_verbosity(logging.INFO)  # its progress lines
+    common_flags.check_output_path("output", _OUTPUT.value, directory=True)
     from electra_tf.finetuning import loop  # pylint: disable=g-import-not-at-top
     if loop.is_finetuning_run(_WORKDIR.value):
         if _VOCAB_FILE.value:

@@ -12,6 +12,7 @@ import os
 
 from absl import flags
 
+from electra_tf import errors
 from electra_tf.data import pipeline
 from electra_tf.text import tokenizer
 
@@ -20,7 +21,7 @@ _DATA = flags.DEFINE_string("data", None, "Data directory, manifest or shard glo
 _VOCAB_FILE = flags.DEFINE_string("vocab_file", None, "The data's vocab.txt.", required=True)
 _MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None,
                                        "Expected length (default: the manifest's).")
-_NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 2, "Examples to print.")
+_NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 2, "Examples to print.", lower_bound=1)
 
 
 def main(argv):
@@ -37,7 +38,10 @@ def main(argv):
     files = pipeline.resolve_files(_DATA.value, seq, vocab)
     config = pipeline.masking_config_for(vocab, seq)
     batch = next(iter(pipeline.pretraining_dataset(files, _NUM_EXAMPLES.value, seq, config,
-                                                   is_training=False)))
+                                                   is_training=False)), None)
+    if batch is None:  # the evaluation batches are whole: too few examples make none
+        raise errors.UserError(f"--data={_DATA.value}: fewer than --num_examples="
+                               f"{_NUM_EXAMPLES.value} examples")
     print({name: tensor.shape.as_list() for name, tensor in batch.items()})
     for row in range(_NUM_EXAMPLES.value):
         length = int(batch["input_mask"][row].numpy().sum())

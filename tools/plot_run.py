@@ -15,6 +15,7 @@ import os
 from absl import flags
 
 from electra_tf import errors
+from electra_tf import flags as common_flags
 
 _WORKDIR = flags.DEFINE_multi_string("workdir", None, "A pre-training run's --workdir "
                                      "(repeat to compare runs).", required=True)
@@ -65,6 +66,7 @@ def plot(runs: dict[str, dict[str, dict]], output: str, title: str) -> None:
     axes.flat[0].legend(fontsize="small")
     figure.suptitle(title)
     tmp = output + ".tmp.png"
+    os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
     figure.savefig(tmp, dpi=100)
     plt.close(figure)
     os.replace(tmp, output)
@@ -72,6 +74,7 @@ def plot(runs: dict[str, dict[str, dict]], output: str, title: str) -> None:
 
 def main(argv):
     del argv
+    common_flags.check_output_path("output", _OUTPUT.value)
     runs = {}
     for workdir in _WORKDIR.value:
         scalars = {which: read_scalars(os.path.join(workdir, "logs", which))

@@ -21,6 +21,7 @@ import tensorflow as tf
 from absl import flags
 
 from electra_tf import errors
+from electra_tf import flags as common_flags
 from electra_tf.data import masking
 from electra_tf.data import pipeline
 from electra_tf.serving import export
@@ -32,7 +33,8 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "The pre-training run's --workdi
 _TEXT = flags.DEFINE_multi_string("text", [], "A text to show (repeat for several).")
 _DATA = flags.DEFINE_string("data", None, "Or: pre-training data (a directory, manifest "
                             "or shard glob, e.g. the held-out data): its first sequences.")
-_NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 3, "Sequences of --data to show.")
+_NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 3, "Sequences of --data to show.",
+                                     lower_bound=1)
 _HTML = flags.DEFINE_string("html", None, "Also write the view as an HTML page here.")
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None,
                                   "A checkpoint prefix (default: the run's latest).")
@@ -56,6 +58,8 @@ def main(argv):
     del argv
     if bool(_TEXT.value) == bool(_DATA.value):
         raise errors.UserError("give --text=\"...\" (one or more) or --data=DIR")
+    if _HTML.value:
+        common_flags.check_output_path("html", _HTML.value)
     config, vocab, model, path = export.load_run(_WORKDIR.value, _CHECKPOINT.value)
     if not model.objective.detects:
         raise errors.UserError(f"--workdir={_WORKDIR.value}: config.model.objective="
@@ -80,6 +84,7 @@ def main(argv):
     print(f"{path}\n" + predictions.terminal(shown, colour=colour))
     if _HTML.value:
         tmp = _HTML.value + ".tmp"
+        os.makedirs(os.path.dirname(_HTML.value) or ".", exist_ok=True)
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(predictions.html(shown, title=f"ELECTRA predictions: {path}"))
         os.replace(tmp, _HTML.value)

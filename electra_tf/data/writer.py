@@ -26,6 +26,8 @@ SHARD_PATTERN = "pretrain_data.tfrecord-{:05d}-of-{:05d}"
 # One shard per this many bytes of raw text (a shard is then ~100 MB of TFRecords).
 BYTES_PER_SHARD = 64 * 2**20
 MAX_DEFAULT_SHARDS = 1024
+# The shortest example `examples.ExampleBuilder` packs: [CLS] A [SEP] B [SEP], a token each.
+MIN_SEQ_LENGTH = 5
 _LINES_PER_BATCH = 2048
 
 
@@ -145,6 +147,9 @@ def write_pretraining_data(
     """
     if num_shards < 1:
         raise ValueError(f"`num_shards` must be at least 1. Received: `num_shards={num_shards}`")
+    # Before any file is touched: it checks max_seq_length.
+    packer = _Packer(examples.ExampleBuilder(max_seq_length, vocab.cls_id, vocab.sep_id,
+                                             seed=seed))
     manifest_path = os.path.join(output_dir, MANIFEST)
     if tf.io.gfile.exists(manifest_path) and not overwrite:
         raise OutputExistsError(f"{output_dir} already holds a dataset ({MANIFEST}); "
@@ -157,8 +162,6 @@ def write_pretraining_data(
     counts = [0] * num_shards
     positions = [0] * num_shards  # bytes written to each shard
     chunk_offsets = [[] for _ in range(num_shards)]  # the training order's index
-    packer = _Packer(examples.ExampleBuilder(max_seq_length, vocab.cls_id, vocab.sep_id,
-                                             seed=seed))
     progress, read = corpus.progress_of(source, log)
     failures = []  # exceptions raised on tf.data threads, re-raised here
     tokenizer = tokenizer_lib.make_tokenizer(vocab, lower_case=lower_case)
@@ -193,8 +196,9 @@ def write_pretraining_data(
         if failures:
             raise failures[0]
         if not num_examples:
-            raise EmptyOutputError(f"{output_dir}: the corpus produced no examples "
-                                   "(is every line empty?); nothing was written")
+            raise EmptyOutputError(f"{source.flag()}: the corpus produced no examples "
+                                   "(is every line empty?); nothing was written to "
+                                   f"{output_dir}")
     except BaseException:
         for writer, path in zip(writers, tmp_paths):
             writer.close()

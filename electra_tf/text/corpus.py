@@ -225,11 +225,17 @@ def write_corpus(lines: Iterable[str], path: str) -> int:
     """Writes corpus lines to `path` atomically; returns the number of documents."""
     tmp = path + ".tmp"
     documents = 0
-    with open(tmp, "w", encoding="utf-8") as f:
-        for line in lines:
-            f.write(line + "\n")
-            documents += not line
-    os.replace(tmp, path)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for line in lines:
+                f.write(line + "\n")
+                documents += not line
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):  # no half-written corpus left beside the output
+            os.remove(tmp)
+        raise
     return documents
 
 
@@ -242,7 +248,12 @@ def expand_globs(pattern: str) -> list[str]:
     for part in (p.strip() for p in pattern.split(",")):
         if not part:
             continue
-        matches = sorted(p for p in glob.glob(part, recursive=True) if os.path.isfile(p))
+        found = glob.glob(part, recursive=True)
+        matches = sorted(p for p in found if os.path.isfile(p))
+        folders = sorted(p for p in found if os.path.isdir(p))
+        if not matches and folders:  # `--input=DIR`: the files in it were meant
+            raise CorpusError(f"--input: {folders[0]} is a directory; give its files, "
+                              f"e.g. --input='{os.path.join(folders[0], '*.txt')}'")
         if not matches:
             raise CorpusError(f"--input: no file matches {part!r}")
         paths.extend(matches)
@@ -350,6 +361,12 @@ class Corpus:
     total_bytes: int | None  # text bytes, for the ETA; None when unknown (TFDS, .gz)
     source: dict
     size_estimate: int = 0  # text bytes, estimated where unknown (.gz: 4x), for sharding
+
+    def flag(self) -> str:
+        """The flag the corpus came from, for messages: `--input=GLOB` or `--tfds=NAME`."""
+        if "tfds" in self.source:
+            return f"--tfds={self.source['tfds']}"
+        return f"--input={self.source['input']}"
 
 
 def progress_of(source: Corpus, log) -> tuple[progress_lib.Progress, Callable[[], int]]:

@@ -85,6 +85,11 @@ def write_vocab(tokens: list[str], path: str) -> None:
     if directory:
         tf.io.gfile.makedirs(directory)
     tmp = path + ".tmp"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write("".join(t + "\n" for t in tokens))
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    try:
+        with tf.io.gfile.GFile(tmp, "w") as f:
+            f.write("".join(t + "\n" for t in tokens))
+        tf.io.gfile.rename(tmp, path, overwrite=True)
+    except BaseException:
+        if tf.io.gfile.exists(tmp):  # the old vocab stays, and no half-written one beside it
+            tf.io.gfile.remove(tmp)
+        raise

@@ -1,0 +1,138 @@
+"""Careless input to every tool: one `error: ...` line naming the input, exit code 2, no
+traceback, and nothing already written is lost (tests/test_tools.py has the corpus and
+vocab cases of create_pretraining_data)."""
+
+import os
+
+import pytest
+
+from electra_tf import errors
+from electra_tf import flags as common_flags
+from electra_tf.data import examples
+from electra_tf.data import writer
+from electra_tf.text import corpus
+from tests import helpers
+
+
+@pytest.fixture(scope="module")
+def w(tmp_path_factory):
+    """A corpus, a blank corpus, a vocab, a finished dataset and an empty directory."""
+    directory = tmp_path_factory.mktemp("tool_errors")
+    vocab = helpers.write_vocab(str(directory))
+    helpers.make_data(str(directory), vocab, max_seq_length=32, num_shards=1)
+    (directory / "blank.txt").write_text("\n  \n\n")
+    (directory / "emptydir").mkdir()
+    return directory
+
+
+# (tool, arguments, what the error line says, paths that must be as they were); {w} is
+# the fixture's directory. Each case is one tool process (~5 s of TF start-up).
+CASES = {
+    "vocab_blank_corpus": (
+        "build_vocab.py", ["--input={w}/blank.txt", "--output={w}/vocab.txt", "--overwrite"],
+        ["--input={w}/blank.txt", "every line is empty"], ["vocab.txt"]),
+    "vocab_exists": (
+        "build_vocab.py", ["--input={w}/corpus.txt", "--output={w}/vocab.txt"],
+        ["--output={w}/vocab.txt exists", "--overwrite"], ["vocab.txt"]),
+    "vocab_input_is_a_directory": (
+        "build_vocab.py", ["--input={w}/emptydir", "--output={w}/new_vocab.txt"],
+        ["{w}/emptydir is a directory", "--input='{w}/emptydir/*.txt'"], ["new_vocab.txt"]),
+    "vocab_output_is_a_directory": (
+        "build_vocab.py", ["--input={w}/corpus.txt", "--output={w}/data"],
+        ["--output={w}/data: a directory"], ["data"]),
+    "data_too_short": (
+        "create_pretraining_data.py", ["--input={w}/corpus.txt", "--vocab_file={w}/vocab.txt",
+                                       "--output_dir={w}/data", "--overwrite",
+                                       "--max_seq_length=3"],
+        ["--max_seq_length=3", f"at least {writer.MIN_SEQ_LENGTH}"], ["data"]),
+    "data_no_shards": (
+        "create_pretraining_data.py", ["--input={w}/corpus.txt", "--vocab_file={w}/vocab.txt",
+                                       "--output_dir={w}/data", "--overwrite",
+                                       "--num_shards=0"],
+        ["--num_shards=0"], ["data"]),
+    "data_output_is_a_file": (
+        "create_pretraining_data.py", ["--input={w}/corpus.txt", "--vocab_file={w}/vocab.txt",
+                                       "--output_dir={w}/vocab.txt"],
+        ["--output_dir={w}/vocab.txt: a file, not a directory"], ["vocab.txt"]),
+    "export_under_a_file": (
+        "export_savedmodel.py", ["--workdir={w}/no_run", "--output={w}/vocab.txt/1"],
+        ["--output={w}/vocab.txt/1: {w}/vocab.txt is a file"], ["vocab.txt"]),
+    "inspect_too_few": (
+        "inspect_data.py", ["--data={w}/data", "--vocab_file={w}/vocab.txt",
+                            "--num_examples=100000"],
+        ["--data={w}/data: fewer than --num_examples=100000"], ["data"]),
+    "predictions_html_is_a_directory": (
+        "show_predictions.py", ["--workdir={w}/no_run", "--text=a cat", "--html={w}/data"],
+        ["--html={w}/data: a directory"], ["data"]),
+    "sample_corpus_under_a_file": (
+        "build_sample_corpus.py", ["--output={w}/vocab.txt/corpus.txt"],
+        ["--output={w}/vocab.txt/corpus.txt: {w}/vocab.txt is a file"], ["vocab.txt"]),
+    "plot_output_is_a_directory": (
+        "plot_run.py", ["--workdir={w}/no_run", "--output={w}/data"],
+        ["--output={w}/data: a directory"], ["data"]),
+    "convert_under_a_file": (
+        "convert_checkpoint.py", ["--from=electra_tf", "--to=hf", "--input={w}/no_run",
+                                  "--output={w}/vocab.txt/hf"],
+        ["--output={w}/vocab.txt/hf: {w}/vocab.txt is a file"], ["vocab.txt"]),
+    "compare_missing_task_text": (
+        "compare_objectives.py", ["--output_dir={w}/compare", "--task_text={w}/missing.txt",
+                                  "--config.data.vocab_file={w}/vocab.txt"],
+        ["--task_text={w}/missing.txt: no such file"], ["compare"]),
+    "benchmark_workdir_is_a_file": (
+        "benchmark.py", ["--mode=input", "--workdir={w}/vocab.txt"],
+        ["--workdir={w}/vocab.txt: a file, not a directory"], ["vocab.txt"]),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_is_one_line_and_loses_nothing(w, case):
+    tool, args, expected, kept = CASES[case]
+    before = {path: helpers.snapshot(w / path) if (w / path).exists() else None
+              for path in kept}
+    result = helpers.run_tool(tool, *(a.format(w=w) for a in args), timeout=300)
+    line = helpers.one_line_error(result)
+    for fragment in expected:
+        assert fragment.format(w=w) in line, line
+    for path, snapshot in before.items():
+        if snapshot is None:
+            assert not (w / path).exists(), path
+        else:
+            assert helpers.snapshot(w / path) == snapshot, path
+
+
+def test_a_directory_as_input_suggests_its_files(w):
+    with pytest.raises(corpus.CorpusError, match="emptydir is a directory; give its files"):
+        corpus.open_corpus(str(w / "emptydir"))
+
+
+def test_a_blank_corpus_names_the_input_and_writes_nothing(w, tmp_path):
+    vocab = helpers.write_vocab(str(tmp_path))
+    with pytest.raises(writer.EmptyOutputError, match=f"^--input={w}/blank.txt: .*no examples"):
+        writer.write_pretraining_data(corpus.open_corpus(str(w / "blank.txt")), vocab,
+                                      str(tmp_path / "out"), log=lambda _: None)
+    assert os.listdir(tmp_path / "out") == []
+
+
+def test_min_seq_length_is_the_packers():
+    examples.ExampleBuilder(writer.MIN_SEQ_LENGTH, cls_id=2, sep_id=3)
+    with pytest.raises(ValueError, match="max_seq_length"):
+        examples.ExampleBuilder(writer.MIN_SEQ_LENGTH - 1, cls_id=2, sep_id=3)
+
+
+def test_check_output_path(tmp_path):
+    (tmp_path / "file").write_text("x")
+    common_flags.check_output_path("output", str(tmp_path / "new" / "deeper" / "vocab.txt"))
+    common_flags.check_output_path("output_dir", str(tmp_path), directory=True)
+    common_flags.check_output_path("output", "gs://bucket/vocab.txt")  # not checked here
+    with pytest.raises(errors.UserError, match="^--output=.*: a directory"):
+        common_flags.check_output_path("output", str(tmp_path))
+    with pytest.raises(errors.UserError, match="^--output_dir=.*: a file, not a directory"):
+        common_flags.check_output_path("output_dir", str(tmp_path / "file"), directory=True)
+    with pytest.raises(errors.UserError, match=f"^--output=.*: {tmp_path}/file is a file"):
+        common_flags.check_output_path("output", str(tmp_path / "file" / "a" / "b.txt"))
+
+
+def test_write_corpus_makes_its_folder(tmp_path):
+    path = tmp_path / "new" / "corpus.txt"
+    assert corpus.write_corpus(["One sentence.", ""], str(path)) == 1
+    assert path.read_text() == "One sentence.\n\n" and os.listdir(path.parent) == ["corpus.txt"]
