@@ -26,6 +26,13 @@ truncated to S. A pair is truncated round-robin (one token from each side in tur
 tf.text's `RoundRobinTrimmer`), computed with core ragged ops: the `RoundRobinTrim` kernel
 exists only in TF Serving >= 2.20, and the export must load in older servers.
 
+Every input is checked in the graph before anything reads it: text must be a vector
+(a scalar, as REST's `"inputs": "hello"` sends, or a matrix is refused), a pair's two
+vectors of one length, ids [B, S] with ids in the vocab, mask and segment ids 0 or 1. A
+bad request gets InvalidArgument naming the input and the shape or range it needs; the
+server goes on serving. The inputs are declared with unknown rank so that Grappler
+cannot fold these checks away on the declared shape.
+
 Any bytes are accepted as text: "" or whitespace gives `[CLS] [SEP]`, text longer than S
 is cut (100,000 characters cost milliseconds), and invalid UTF-8 is read as if each
 malformed sequence were U+FFFD, so it ends up inside an `[UNK]` word (tf.text's normalizer
@@ -67,6 +74,8 @@ SIGNATURES = ("serving_default", "serving_pair", "encode", "encode_pair", "servi
               "encode_ids")
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_TEXTS = ("ELECTRA detects replaced tokens.", "")
+ID_INPUTS = ("input_ids", "input_mask", "segment_ids")
+NUM_SEGMENTS = 2  # segment ids 0 and 1: the packer's two segments, the encoder's table
 
 
 class TextPacker(tf.Module):
@@ -210,12 +219,12 @@ def export(model: pretrainer.ElectraPretrainer, vocab: tokenizer_lib.Vocab,
     archive.track(model.discriminator_head)
     archive.track(packer)
     endpoints = {
-        "serving_default": (lambda t: detect(*packer.pack(t)), [text_spec]),
-        "serving_pair": (lambda t, p: detect(*packer.pack(t, p)), pair_spec),
-        "encode": (lambda t: encode(*packer.pack(t)), [text_spec]),
-        "encode_pair": (lambda t, p: encode(*packer.pack(t, p)), pair_spec),
-        "serving_ids": (detect, ids_spec),
-        "encode_ids": (encode, ids_spec),
+        "serving_default": (text_endpoint(packer, detect), [text_spec]),
+        "serving_pair": (pair_endpoint(packer, detect), pair_spec),
+        "encode": (text_endpoint(packer, encode), [text_spec]),
+        "encode_pair": (pair_endpoint(packer, encode), pair_spec),
+        "serving_ids": (ids_endpoint(detect, max_seq_length, vocab.size), ids_spec),
+        "encode_ids": (ids_endpoint(encode, max_seq_length, vocab.size), ids_spec),
     }
     # Tracing the signatures is most of an export's time: trace each now, with progress.
     bar = progress.Progress(len(endpoints), "signatures")
@@ -255,24 +264,103 @@ def export_classifier(model, vocab: tokenizer_lib.Vocab, task, max_seq_length: i
     archive.track(packer)
     texts = np.array(WARMUP_TEXTS, dtype=object)
     if len(task.text_columns) == 2:
-        archive.add_endpoint("serving_default", lambda t, p: classify(*packer.pack(t, p)),
-                             pair_spec)
+        archive.add_endpoint("serving_default", pair_endpoint(packer, classify), pair_spec)
         warmup = {"text": texts, "text_pair": texts[::-1]}
     else:
-        archive.add_endpoint("serving_default", lambda t: classify(*packer.pack(t)),
-                             [text_spec])
+        archive.add_endpoint("serving_default", text_endpoint(packer, classify), [text_spec])
         warmup = {"text": texts}
-    archive.add_endpoint("serving_ids", classify, ids_spec)
+    archive.add_endpoint("serving_ids", ids_endpoint(classify, max_seq_length, vocab.size),
+                         ids_spec)
     return write_archive(archive, output, [("serving_default", warmup)])
 
 
 def _input_specs(max_seq_length: int):
     """(ids, text, pair) input signatures: three [B, S] int32 id tensors, `text`, and
-    `text` + `text_pair` [B] strings."""
-    ids_spec = [tf.TensorSpec([None, max_seq_length], tf.int32, name)
-                for name in ("input_ids", "input_mask", "segment_ids")]
-    text_spec = tf.TensorSpec([None], tf.string, "text")
-    return ids_spec, text_spec, [text_spec, tf.TensorSpec([None], tf.string, "text_pair")]
+    `text` + `text_pair` [B] strings, declared with unknown rank: TF Serving feeds any
+    shape, and a static shape lets Grappler fold the in-graph checks away."""
+    ids_spec = [tf.TensorSpec(None, tf.int32, name) for name in ID_INPUTS]
+    text_spec = tf.TensorSpec(None, tf.string, "text")
+    return ids_spec, text_spec, [text_spec, tf.TensorSpec(None, tf.string, "text_pair")]
+
+
+def text_endpoint(packer: TextPacker, function):
+    """`function(ids, mask, segments)` as an endpoint on `text` [B] string, checked."""
+    return lambda text: function(*packer.pack(*check_texts(text=text)))
+
+
+def pair_endpoint(packer: TextPacker, function):
+    """`function(ids, mask, segments)` as an endpoint on `text`, `text_pair` [B] string."""
+    return lambda text, text_pair: function(*packer.pack(*check_texts(
+        text=text, text_pair=text_pair)))
+
+
+def ids_endpoint(function, max_seq_length: int, vocab_size: int):
+    """`function(ids, mask, segments)` as an endpoint on the three [B, S] int32 inputs."""
+    return lambda ids, mask, segments: function(*check_ids(ids, mask, segments,
+                                                           max_seq_length, vocab_size))
+
+
+def _check(ok, message, *values):
+    """An in-graph assertion: InvalidArgument "`message`" (its {} filled with `values`)
+    unless `ok`."""
+    return tf.debugging.Assert(ok, [tf.strings.format(message, values, summarize=8)])
+
+
+def check_texts(**texts) -> list:
+    """The [B] string inputs, named as in the signature, checked in the graph: each a
+    vector, all of one length (else InvalidArgument naming the input; a scalar would
+    crash the tokenizer, a matrix lose its rows)."""
+    checks = [_check(tf.equal(tf.rank(t), 1),
+                     f"{name} must be a vector of strings, shape [batch]; got shape {{}}",
+                     tf.shape(t)) for name, t in texts.items()]
+    values = list(texts.values())
+    if len(values) > 1:
+        with tf.control_dependencies(checks):
+            sizes = tf.stack([tf.size(t) for t in values])
+            checks.append(_check(tf.reduce_all(tf.equal(sizes, sizes[0])),
+                                 f"{' and '.join(texts)} must have the same batch size; "
+                                 "got {}", sizes))
+    return _after(checks, values, [None])
+
+
+def check_ids(ids, mask, segments, max_seq_length: int, vocab_size: int) -> list:
+    """`input_ids`, `input_mask`, `segment_ids`, checked in the graph: each [B, S] with the
+    export's S, ids in [0, vocab_size), mask 0 or 1, segment ids 0 or 1 (else
+    InvalidArgument naming the input: on a GPU an id past the table reads zeros)."""
+    values = dict(zip(ID_INPUTS, (ids, mask, segments)))
+    checks = []
+    for name, t in values.items():
+        shape = tf.shape(t)
+        checks.append(_check(
+            tf.equal(tf.size(shape), 2) & tf.reduce_all(tf.equal(shape[1:], max_seq_length)),
+            f"{name} must be an int32 matrix of shape [batch, {max_seq_length}]; got "
+            "shape {}", shape))
+    with tf.control_dependencies(checks):
+        batch = tf.stack([tf.shape(t)[0] for t in values.values()])
+        checks.append(_check(tf.reduce_all(tf.equal(batch, batch[0])),
+                             f"{', '.join(ID_INPUTS)} must have the same shape; got batch "
+                             "sizes {}", batch))
+        ranges = {"input_ids": (vocab_size, f"token ids in [0, {vocab_size})"),
+                  "input_mask": (2, "0 or 1"), "segment_ids": (NUM_SEGMENTS, "0 or 1")}
+        for name, t in values.items():
+            high, what = ranges[name]
+            low_value, high_value = tf.reduce_min(t), tf.reduce_max(t)
+            checks.append(_check(
+                tf.equal(tf.size(t), 0) | ((low_value >= 0) & (high_value < high)),
+                f"{name} must hold {what}; got values from {{}} to {{}}",
+                low_value, high_value))
+    return _after(checks, list(values.values()), [None, max_seq_length])
+
+
+def _after(checks, values, shape) -> list:
+    """`values`, read only once `checks` pass, with the static `shape` they checked. Not
+    `tf.ensure_shape`: Grappler runs it before the assertions it depends on, and its
+    error names no input."""
+    with tf.control_dependencies(checks):
+        values = [tf.identity(t) for t in values]
+    for t in values:
+        t.set_shape(shape)
+    return values
 
 
 def check_output(output: str) -> None:

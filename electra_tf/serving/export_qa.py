@@ -16,6 +16,9 @@ the answer out. Every step of the fine-tuning's evaluation runs in the graph.
        (`squad._max_context`), at most max_answer_length tokens ─► the best over the
        request's windows (`squad.best_answers`) ─► bytes ─► characters, and its text
 
+Both inputs are checked in the graph (`export.check_texts`): vectors of one length, else
+InvalidArgument naming the input.
+
 No context is truncated: a long one is read in as many windows as it needs. A request
 whose context has no valid span (an empty context) answers "" at -1, -1 with score
 `NO_SPAN_SCORE` (the lowest float32: JSON has no -inf). SQuAD 2.0: `no_answer_score` is
@@ -214,6 +217,7 @@ def export_question_answerer(model, vocab: tokenizer_lib.Vocab, output: str, *,
     windows = Windows(vocab, max_seq_length, lower_case, doc_stride, max_query_length)
 
     def answer(question, context):
+        question, context = export.check_texts(question=question, context=context)
         rows = windows(question, context)
         outputs = run_in_slices(model, rows)
         spans = best_spans(rows, outputs, context, max_answer_length, windows.overlap)
@@ -232,8 +236,9 @@ def export_question_answerer(model, vocab: tokenizer_lib.Vocab, output: str, *,
     archive.track(model)
     archive.track(windows)
     archive.add_endpoint("serving_default", answer,
-                         [tf.TensorSpec([None], tf.string, "question"),
-                          tf.TensorSpec([None], tf.string, "context")])
+                         # Unknown rank, checked in `answer`: see `export._input_specs`.
+                         [tf.TensorSpec(None, tf.string, "question"),
+                          tf.TensorSpec(None, tf.string, "context")])
     warmup = {"question": np.array(WARMUP_QUESTIONS, object),
               "context": np.array(WARMUP_CONTEXTS, object)}
     return export.write_archive(archive, output, [("serving_default", warmup)])
