@@ -80,7 +80,7 @@ PROBABILITY_OPEN = _real(0, 1, high_open=True)  # dropout, Adam's betas
 
 # configs/electra.py
 PRETRAINING = {
-    "data.max_seq_length": _whole(4, zero="[CLS] a [SEP] b: at least 4 tokens"),
+    "data.max_seq_length": _whole(5, zero="[CLS] A [SEP] B [SEP], a token in each"),
     "data.mask_prob": _real(0, 1, low_open=True),
     "data.mask_token_rate": FRACTION,
     "data.random_token_rate": FRACTION,

@@ -15,7 +15,7 @@ python tools/build_sample_corpus.py --output="$workdir/corpus.txt" \
 
 echo "== 2/5 WordPiece vocabulary (tf.text's BERT vocab learner)"
 python tools/build_vocab.py --input="$workdir/corpus.txt" --vocab_size=4096 \
-  --output="$workdir/vocab.txt"
+  --output="$workdir/vocab.txt" --overwrite
 
 echo "== 3/5 pre-training TFRecords (FastBertTokenizer, the original ELECTRA's packing)"
 for split in corpus heldout; do

@@ -749,6 +749,8 @@ def _new_directory(path: str):
     if os.path.isdir(path) and os.listdir(path) or os.path.isfile(path):
         raise ConversionError(f"{path}: exists and is not empty; choose a new --output")
     tmp = path.rstrip("/") + ".tmp"
+    if os.path.isfile(tmp) or os.path.islink(tmp):  # left by an earlier failed run
+        os.remove(tmp)
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     try:

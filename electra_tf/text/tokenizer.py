@@ -41,11 +41,14 @@ class Vocab:
 
     @classmethod
     def load(cls, path: str) -> "Vocab":
+        if tf.io.gfile.isdir(path):
+            raise VocabError(f"{path}: a directory, not a vocab file (its vocab.txt?)")
         try:
             with tf.io.gfile.GFile(path, "rb") as f:
                 data = f.read()
-        except (tf.errors.NotFoundError, OSError) as e:
-            raise VocabError(f"{path}: cannot read the vocab file ({e})") from e
+        except (tf.errors.OpError, OSError) as e:
+            reason = getattr(e, "message", None) or str(e)
+            raise VocabError(f"{path}: cannot read the vocab file ({reason})") from e
         try:
             # Only "\n" separates tokens (str.splitlines would also split at \u2028 etc.).
             lines = data.decode("utf-8").split("\n")

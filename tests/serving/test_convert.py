@@ -605,3 +605,19 @@ def test_a_discriminator_alone_exports_and_pretrains_with_a_fresh_generator(tmp_
     config = test_finetune._config("sst2", out, str(task), epochs=1)  # pylint: disable=protected-access
     best = finetuning.finetune(config, str(tmp_path / "sst2"))
     assert 0 <= best["validation"]["accuracy"] <= 1
+
+
+def test_a_leftover_temporary_output_does_not_stop_a_conversion(tmp_path):
+    """A failed run's OUTPUT.tmp (a file or a directory) is replaced, not an error."""
+    from electra_tf.serving import convert  # pylint: disable=g-import-not-at-top
+    for leftover in ("file", "directory"):
+        output = tmp_path / leftover
+        tmp = tmp_path / f"{leftover}.tmp"
+        if leftover == "file":
+            tmp.write_text("half")
+        else:
+            tmp.mkdir()
+            (tmp / "part").write_text("half")
+        with convert._new_directory(str(output)) as directory:
+            (tmp_path / directory / "config.json").write_text("{}")
+        assert os.listdir(output) == ["config.json"] and not tmp.exists()

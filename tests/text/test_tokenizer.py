@@ -174,3 +174,8 @@ def test_tokenizer_ids_in_range_for_many_texts(bert_vocab):
     texts = ["Hello, world!", "PLAYING with words", "  spaces \t and\nnewlines ", "ünïcödé"]
     for ids in _ids(tokenizer, texts):
         assert all(0 <= i < bert_vocab.size for i in ids)
+
+
+def test_load_a_directory_says_so(tmp_path):
+    with pytest.raises(tk.VocabError, match=f"{tmp_path}: a directory, not a vocab file"):
+        tk.Vocab.load(str(tmp_path))
