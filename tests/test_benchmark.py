@@ -1,5 +1,5 @@
-"""tools/benchmark.py --mode=train (--profile, --compare_data) and --mode=resume,
-tools/benchmark_sweep.py,
+"""electra_tf/benchmark (its synthetic batches and memory probes), tools/benchmark.py
+--mode=train (--profile, --compare_data) and --mode=resume, tools/benchmark_sweep.py,
 and the FLOP formula behind the MFU."""
 
 import glob
@@ -10,6 +10,8 @@ import pytest
 
 from electra_tf import model_config
 from electra_tf import profiling
+from electra_tf.benchmark import host
+from electra_tf.benchmark import synthetic
 from electra_tf.model import flops
 from electra_tf.model import sizes
 from electra_tf.training import memory
@@ -27,6 +29,30 @@ run_tool = helpers.run_tool  # `python tools/<tool> ARGS` with this checkout's e
 def last_json_line(result):
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_synthetic_examples_have_the_pipelines_structure():
+    batch = synthetic.synthetic_examples(3, 32, num_predictions=6, vocab_size=40)
+    assert all(value.shape[0] == 3 for value in batch.values())
+    ids, weights = batch["input_ids"], batch["masked_lm_weights"]
+    assert (ids[:, 0] == 2).all() and (ids[:, -1] == 3).all() and ids.max() < 40
+    assert (batch["segment_ids"][:, 16:] == 1).all() and (batch["input_mask"] == 1).all()
+    # round(0.15 * 32) = 5 real predictions, the sixth padding, as the pipeline pads.
+    assert (weights.sum(axis=1) == 5).all() and (weights[:, 5] == 0).all()
+    positions = batch["masked_lm_positions"]
+    real_ids = (batch["masked_lm_ids"] != 0) | (weights == 0)
+    assert real_ids.all() and ((positions[:, :5] > 0) & (positions[:, :5] < 31)).all()
+    masked = batch["masked_input_ids"]
+    assert ((masked == ids) | (masked == 4)).all()
+
+
+def test_memory_stages_record_resident_and_peak_in_order():
+    stages = host.MemoryStages()
+    stages.record("one")
+    assert list(stages.stages) == ["imports", "one"]
+    if host.status_mib("VmRSS") is not None:  # Linux's /proc
+        assert all(now > 0 and peak > 0 for now, peak in stages.stages.values())
+        assert stages.peak_mib == max(peak for _, peak in stages.stages.values())
 
 
 def test_small_costs_about_9_gflop_per_training_sequence():
