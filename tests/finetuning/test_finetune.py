@@ -13,9 +13,9 @@ import tensorflow as tf
 
 from configs import finetune as finetune_configs  # pylint: disable=g-bad-import-order
 from electra_tf import errors
-from electra_tf.finetuning import glue
 from electra_tf.finetuning import loop
 from electra_tf.finetuning import model as model_lib
+from electra_tf.finetuning.glue import specs as glue_specs
 from electra_tf.model import encoder
 from tests import helpers
 from tests.serving.test_export import _session_run
@@ -121,7 +121,7 @@ def _config(task, pretrained, data_dir, **train):
 
 
 # RTE (sentence pairs) and STS-B (regression) are slow: the exported-classifier test
-# below covers pairs quickly, test_glue.py and test_glue_metrics.py the regression task
+# below covers pairs quickly, glue/test_data.py and glue/test_metrics.py the regression task
 # and its metric.
 @pytest.mark.parametrize("task, metric, chance", [
     ("sst2", "accuracy", 0.5),
@@ -160,7 +160,7 @@ def test_toy_task_beats_chance_and_writes_results(task, metric, chance, pretrain
         assert all(0.0 <= float(p) <= 5.0 for p in predicted)
         assert np.corrcoef([float(p) for p in predicted], [float(t) for t in truth])[0, 1] > 0.5
     else:  # the label as GLUE writes it (0/1, entailment/not_entailment)
-        assert set(predicted) <= set(glue.TASKS[task].label_names)
+        assert set(predicted) <= set(glue_specs.TASKS[task].label_names)
         assert np.mean([p == t for p, t in zip(predicted, truth)]) > chance + 0.25
 
 
@@ -313,10 +313,10 @@ def test_two_local_workers_fine_tune_as_one_worker_does(tmp_path):
 
 @pytest.mark.parametrize("override, message", [
     ({"init_checkpoint": "/nonexistent/ckpt-3"}, "neither a run directory"),
-    ({"train.batch_size": 0}, "config.train.batch_size=0 must be >= 1"),
-    ({"train.epochs": 0.0}, "config.train.epochs=0.0 must be"),
-    ({"data.max_seq_length": 2}, "config.data.max_seq_length=2 must be >= 3"),
-    ({"train.learning_rate": -1e-3}, "config.train.learning_rate=-0.001 must be >= 0"),
+    ({"train.batch_size": 0}, "config.train.batch_size=0: must be a whole number >= 1"),
+    ({"train.epochs": 0.0}, "config.train.epochs=0.0: must be a number > 0"),
+    ({"data.max_seq_length": 2}, "config.data.max_seq_length=2: must be a whole number >= 3"),
+    ({"train.learning_rate": -1e-3}, "config.train.learning_rate=-0.001: must be a number >= 0"),
     ({"data.dir": "/nonexistent/glue"}, "config.data.dir='/nonexistent/glue'"),
 ])
 def test_bad_config_is_a_one_line_error(override, message, pretrained, tmp_path):

@@ -19,8 +19,8 @@ import tensorflow as tf
 from configs import finetune as finetune_configs  # pylint: disable=g-bad-import-order
 from electra_tf import errors
 from electra_tf.finetuning import loop
-from electra_tf.finetuning import squad
 from electra_tf.finetuning import tasks
+from electra_tf.finetuning.squad import data as squad_data
 from tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -47,7 +47,7 @@ def _paragraph(rng, qid, answerable):
 
 def write_squad(directory, version, num_train, num_dev):
     """SQuAD's train and dev JSON files of `version`; half unanswerable for squad2."""
-    for name, n, seed in zip(squad.FILES[version], (num_train, num_dev), (0, 1)):
+    for name, n, seed in zip(squad_data.FILES[version], (num_train, num_dev), (0, 1)):
         rng = random.Random(seed)
         paragraphs = [_paragraph(rng, f"{name.split('-')[0]}{i}",
                                  version == "squad1" or i % 2 == 0) for i in range(n)]
@@ -117,7 +117,7 @@ def test_squad_run_writes_results_predictions_and_resumes(pretrained, tmp_path):
     assert results["best"]["files"] == ["null_odds.json", "predictions.json"]
     predictions = json.load(open(os.path.join(workdir, "predictions.json"), encoding="utf-8"))
     null_odds = json.load(open(os.path.join(workdir, "null_odds.json")))
-    dev = squad.read_json(os.path.join(data, "dev-v2.0.json"), train=False)
+    dev = squad_data.read_json(os.path.join(data, "dev-v2.0.json"), train=False)
     assert set(predictions) == set(null_odds) == {q.qid for q in dev.items}
     for q in dev.items:  # the best span's text, the context's own characters
         assert predictions[q.qid] in q.context and isinstance(null_odds[q.qid], float)
@@ -140,7 +140,7 @@ def test_squad_run_writes_results_predictions_and_resumes(pretrained, tmp_path):
                        "context token in a config.data.max_seq_length=48 window"):
         loop.finetune(_config("squad2", pretrained, data, **{"data.max_query_length": 46}),
                       str(tmp_path / "other"))
-    with pytest.raises(errors.UserError, match="config.data.doc_stride=0 must be >= 1"):
+    with pytest.raises(errors.UserError, match="config.data.doc_stride=0: must be a whole number >= 1"):
         loop.finetune(_config("squad1", pretrained, data, **{"data.doc_stride": 0}),
                       str(tmp_path / "other"))
     with pytest.raises(errors.UserError, match="^config.predict_test: SQuAD's test set is "
@@ -160,20 +160,20 @@ def test_squad_from_tfds_prepared_locally_reads_as_the_json(tmp_path):
                            return_value=files):
         tfds.builder("squad/v2.0", data_dir=tfds_dir).download_and_prepare()
     for split, path in (("train", files["train"]), ("validation", files["dev"])):
-        from_tfds = squad.load("squad2", split, tfds_data_dir=tfds_dir)
+        from_tfds = squad_data.load("squad2", split, tfds_data_dir=tfds_dir)
         assert from_tfds.source == f"squad/v2.0:{split}"
 
         def rows(questions):
             return sorted((q.qid, q.question, q.context, q.answers, q.answer_starts)
                           for q in questions.items)
-        assert rows(from_tfds) == rows(squad.read_json(path))
+        assert rows(from_tfds) == rows(squad_data.read_json(path))
     config = _config("squad2", "", "")  # no data.dir: the task reads TFDS
     config.data.tfds_data_dir = tfds_dir
     data = tasks.get("squad2", config).read(helpers.write_vocab(str(tmp_path)), True)
     assert data.evals["validation"].summary.startswith("4 questions in ")
     assert "from squad/v2.0:validation (0 skipped)" in data.evals["validation"].summary
-    with pytest.raises(squad.SquadDataError, match="squad/v1.1 is not prepared in"):
-        squad.load("squad1", "train", tfds_data_dir=tfds_dir)
+    with pytest.raises(squad_data.SquadDataError, match="squad/v1.1 is not prepared in"):
+        squad_data.load("squad1", "train", tfds_data_dir=tfds_dir)
 
 
 @pytest.mark.slow  # two fine-tuning runs of a few hundred steps, an export process
@@ -198,7 +198,7 @@ def test_tiny_model_learns_squad_with_the_defaults_and_its_export_answers(pretra
 
         # The export answers the dev questions as predictions.json (and the threshold) say.
         results = json.load(open(os.path.join(workdir, "results.json")))
-        dev = squad.read_json(os.path.join(data, squad.FILES[version][1])).items[:40]
+        dev = squad_data.read_json(os.path.join(data, squad_data.FILES[version][1])).items[:40]
         got = helpers.session_run(results["export"], {"dev": ("serving_default", {
             "question": np.array([q.question for q in dev], object),
             "context": np.array([q.context for q in dev], object)})},
