@@ -10,8 +10,8 @@ TASK is a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte) or squad1, sq
 pre-trained model (0 below): its size preset's, or for a custom shape values between the
 presets' by its width and depth (electra_tf/finetuning/hparams.py); SIZE (tiny, small,
 base, large) sets a preset's instead. The other defaults are the original ELECTRA's for
-the task (its configure_finetuning.py); the task adds its own fields (glue_task.py,
-squad_task.py say what each is). Any field can be overridden with
+the task (its configure_finetuning.py); the task adds its own fields (glue/task.py,
+squad/task.py say what each is). Any field can be overridden with
 `--config.SECTION.KEY=VALUE`.
 """
 

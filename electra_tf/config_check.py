@@ -124,7 +124,7 @@ PRETRAINING = {
     "runtime.cpu_devices": COUNT,
 }
 
-# configs/finetune.py and the tasks' own fields (glue_task.py, squad_task.py)
+# configs/finetune.py and the tasks' own fields (glue/task.py, squad/task.py)
 FINETUNING = {
     "data.max_seq_length": _whole(3, zero="[CLS] a [SEP]: at least 3 tokens"),
     "data.doc_stride": POSITIVE,

@@ -15,9 +15,9 @@ import pytest
 import tensorflow as tf
 
 from configs import electra as electra_configs
+from electra_tf import convert
 from electra_tf import errors
 from electra_tf import model_config
-from electra_tf.serving import convert
 from electra_tf.serving import export
 from electra_tf.text import tokenizer
 from electra_tf.training import loop
@@ -195,4 +195,4 @@ def test_conversion_takes_electra_runs_only(tmp_path):
         json.dump(model_config.resolve(config).to_dict(), f)
     with pytest.raises(errors.UserError, match=r"config.model.objective='mlm' has no "
                        "replaced-token head"):
-        convert.read_electra_tf(str(tmp_path))
+        convert.workdir.read(str(tmp_path))

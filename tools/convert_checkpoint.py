@@ -33,11 +33,11 @@ import time
 from absl import flags
 from absl import logging
 
+from electra_tf import convert
 from electra_tf import errors
 from electra_tf import flags as common_flags
 from electra_tf import model_config
 from electra_tf.model import sizes
-from electra_tf.serving import convert
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -97,7 +97,7 @@ def main(argv):
     if _TO.value == "electra_tf":
         fields = model_config.fields(spec.shape)
         config = _run_config(fields["size"])
-        path = convert.save_electra_tf(weights, output, config, vocab_file)
+        path = convert.write(_TO.value, weights, output, vocab_file, config=config)
         seq = config["data"]["max_seq_length"]
         seq_flag = (f" --config.data.max_seq_length={spec.shape.max_positions}"
                     if spec.shape.max_positions < seq else "")
@@ -116,17 +116,18 @@ def main(argv):
         lower_case = _LOWER_CASE.value
         if lower_case is None:
             lower_case = True if weights.lower_case is None else weights.lower_case
-        for directory in convert.save_hf(weights, output, vocab_file, lower_case):
+        for directory in convert.write(_TO.value, weights, output, vocab_file,
+                                       lower_case=lower_case):
             print(f"wrote {directory}")
         if vocab_file:
             print(f"tokenizer_config.json: do_lower_case={lower_case}"
                   + ("" if _LOWER_CASE.value is not None or weights.lower_case is not None
                      else " (assumed; pass --nolower_case for a cased vocab)"))
     elif _TO.value == "keras_hub":
-        convert.save_keras_hub(weights, output)
+        convert.write(_TO.value, weights, output)
         print(f"wrote {output}: keras_hub.models.ElectraBackbone.from_preset({output!r})")
     else:
-        print(f"wrote {convert.save_tf1(weights, output, vocab_file)}")
+        print(f"wrote {convert.write(_TO.value, weights, output, vocab_file)}")
     print(f"done in {time.monotonic() - start:.1f} s")
 
 

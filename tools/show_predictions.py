@@ -25,6 +25,7 @@ from electra_tf import flags as common_flags
 from electra_tf.data import masking
 from electra_tf.data import pipeline
 from electra_tf.serving import export
+from electra_tf.text import packer as packer_lib
 from electra_tf.training import loop
 from electra_tf.training import predictions
 
@@ -45,7 +46,7 @@ _COLOUR = flags.DEFINE_enum("colour", "auto", ["auto", "always", "never"],
 
 def text_batch(texts, vocab, seq_length, lower_case, masking_config, seed):
     """A masked batch of `texts`, tokenized as the run's data was ([CLS] text [SEP])."""
-    packer = export.TextPacker(vocab, seq_length, lower_case)
+    packer = packer_lib.TextPacker(vocab, seq_length, lower_case)
     ids, mask, segments = packer.pack(tf.constant(texts))
     empty = [t for t, n in zip(texts, tf.reduce_sum(mask, 1).numpy()) if n <= 2]
     if empty:

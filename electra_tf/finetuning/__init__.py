@@ -1,1 +1,2 @@
-"""Fine-tuning on downstream tasks: GLUE data and metrics, the classifier model."""
+"""Fine-tuning on downstream tasks: the loop, the task interface, and one package per
+task family (glue/, squad/)."""

@@ -1,11 +1,11 @@
 """What the fine-tuning loop asks of a task: the interface of the task family.
 
-A task (`tasks.get(name, config)`: a GLUE task in `glue_task.py`, SQuAD in
-`squad_task.py`) turns its data into `Rows`, builds its head on the pre-trained encoder,
+A task (`tasks.get(name, config)`: a GLUE task in `glue/task.py`, SQuAD in
+`squad/task.py`) turns its data into `Rows`, builds its head on the pre-trained encoder,
 computes its loss, scores the model's outputs and exports the model for TF Serving.
 `finetuning/loop.py` knows nothing else about it: the same strategies, batches, resume,
-best checkpoint and results for every task. A new task (NER, say) is a new module with a
-`Task` subclass and a line in `tasks.TASKS`.
+best checkpoint and results for every task. A new task family (NER, say) is a new
+package beside glue/ and squad/ with a `Task` subclass, and a line in `tasks.TASKS`.
 
     configure(config)             its defaults and its own fields (configs/finetune.py)
     check_config()                one-line errors for its own fields

@@ -9,14 +9,14 @@
 import functools
 
 from electra_tf import errors
-from electra_tf.finetuning import glue
-from electra_tf.finetuning import glue_task
-from electra_tf.finetuning import squad_task
 from electra_tf.finetuning import task as task_lib
+from electra_tf.finetuning.glue import specs as glue_specs
+from electra_tf.finetuning.glue import task as glue_task
+from electra_tf.finetuning.squad import task as squad_task
 
 # name → a Task class with its arguments but the config.
 TASKS = {**{name: functools.partial(glue_task.GlueTask, spec)
-            for name, spec in glue.TASKS.items()},
+            for name, spec in glue_specs.TASKS.items()},
          "squad1": functools.partial(squad_task.SquadTask, "squad1"),
          "squad2": functools.partial(squad_task.SquadTask, "squad2")}
 

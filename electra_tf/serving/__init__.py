@@ -1,1 +1,2 @@
-"""Serving and interchange: SavedModels for TF Serving, checkpoint conversion."""
+"""Serving: SavedModels for TF Serving (raw text or token ids in; checkpoint conversion
+is electra_tf.convert)."""

@@ -51,7 +51,6 @@ FastWordpieceTokenizeWithOffsets (>= 2.11): the export needs TF Serving >= 2.12
 
 import json
 import os
-import tempfile
 import time
 
 import keras
@@ -67,6 +66,7 @@ from electra_tf import progress
 from electra_tf.data import masking
 from electra_tf.data import pipeline
 from electra_tf.model import pretrainer
+from electra_tf.text import packer as packer_lib
 from electra_tf.text import tokenizer as tokenizer_lib
 
 MIN_TF_SERVING = "2.12"
@@ -76,61 +76,6 @@ WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_TEXTS = ("ELECTRA detects replaced tokens.", "")
 ID_INPUTS = ("input_ids", "input_mask", "segment_ids")
 NUM_SEGMENTS = 2  # segment ids 0 and 1: the packer's two segments, the encoder's table
-
-
-class TextPacker(tf.Module):
-    """Raw text → (input_ids, input_mask, segment_ids) [B, S] int32, in the graph."""
-
-    def __init__(self, vocab: tokenizer_lib.Vocab, max_seq_length: int, lower_case: bool):
-        super().__init__(name="text_packer")
-        self.max_seq_length = max_seq_length
-        self.tokenizer = tokenizer_lib.make_tokenizer(vocab, lower_case=lower_case)
-        self.cls_id, self.sep_id, self.pad_id = vocab.cls_id, vocab.sep_id, vocab.pad_id
-        # id → WordPiece, read from the vocab file shipped in assets/ when the model loads.
-        self.vocab_asset = tf.saved_model.Asset(_clean_vocab_copy(vocab))
-        self.id_to_token = tf.lookup.StaticHashTable(
-            tf.lookup.TextFileInitializer(
-                self.vocab_asset, key_dtype=tf.int64,
-                key_index=tf.lookup.TextFileIndex.LINE_NUMBER,
-                value_dtype=tf.string, value_index=tf.lookup.TextFileIndex.WHOLE_LINE),
-            default_value="")
-
-    def pack(self, first, second=None):
-        first = self.tokenizer.tokenize(first)
-        if second is None:
-            segments = [first[:, :self.max_seq_length - 2]]
-        else:
-            second = self.tokenizer.tokenize(second)
-            budget = tf.constant(self.max_seq_length - 3, tf.int64)
-            n1, n2 = first.row_lengths(), second.row_lengths()             # int64
-            # Round-robin: the shorter side keeps all it has up to half the budget, the
-            # longer side takes the rest.
-            keep2 = tf.minimum(n2, tf.maximum(budget // 2, budget - n1))
-            keep1 = tf.minimum(n1, budget - keep2)
-            segments = [_head(first, keep1), _head(second, keep2)]
-        ids, segment_ids = text.combine_segments(
-            segments, start_of_sequence_id=self.cls_id, end_of_segment_id=self.sep_id)
-        ids, mask = text.pad_model_inputs(ids, self.max_seq_length, pad_value=self.pad_id)
-        segment_ids, _ = text.pad_model_inputs(segment_ids, self.max_seq_length)
-        return (tf.cast(ids, tf.int32), tf.cast(mask, tf.int32),
-                tf.cast(segment_ids, tf.int32))
-
-    def wordpiece_strings(self, ids, mask):
-        return tf.where(mask > 0, self.id_to_token.lookup(tf.cast(ids, tf.int64)), "")
-
-
-def _clean_vocab_copy(vocab: tokenizer_lib.Vocab) -> str:
-    """The vocab's tokens, one per "\\n"-ended line (no "\\r"), as a temporary vocab.txt."""
-    path = os.path.join(tempfile.mkdtemp(prefix="electra_export_"), "vocab.txt")
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write("".join(token + "\n" for token in vocab.tokens))
-    return path
-
-
-def _head(ragged, keep):
-    """The first `keep[i]` items of each row of `ragged`."""
-    positions = tf.ragged.range(ragged.row_lengths())
-    return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(keep, 1))
 
 
 def discriminate(model: pretrainer.ElectraPretrainer, input_ids, input_mask, segment_ids):
@@ -198,7 +143,7 @@ def export(model: pretrainer.ElectraPretrainer, vocab: tokenizer_lib.Vocab,
            warmup: bool = True) -> str:
     """Writes the SavedModel to `output` (a `MODEL_BASE/<integer version>` directory)."""
     check_output(output)
-    packer = TextPacker(vocab, max_seq_length, lower_case)
+    packer = packer_lib.TextPacker(vocab, max_seq_length, lower_case)
     ids_spec, text_spec, pair_spec = _input_specs(max_seq_length)
 
     def detect(ids, mask, segments):
@@ -241,12 +186,12 @@ def export(model: pretrainer.ElectraPretrainer, vocab: tokenizer_lib.Vocab,
 
 def export_classifier(model, vocab: tokenizer_lib.Vocab, task, max_seq_length: int,
                       output: str, lower_case: bool = True) -> str:
-    """A fine-tuned `finetuning.model.Classifier` for `task` (a `glue.TaskSpec`) as a
+    """A fine-tuned `finetuning.model.Classifier` for `task` (a `glue.specs.TaskSpec`) as a
     SavedModel. Signatures: `serving_default` on raw text (`text`, and `text_pair` for
     pair tasks) and `serving_ids` on ids; outputs `probabilities` [B, labels] and `label`
     [B] (the task's label string), or `score` [B] for regression."""
     check_output(output)
-    packer = TextPacker(vocab, max_seq_length, lower_case)
+    packer = packer_lib.TextPacker(vocab, max_seq_length, lower_case)
     ids_spec, text_spec, pair_spec = _input_specs(max_seq_length)
     names = tf.constant(list(task.label_names) or [""])
 
@@ -283,12 +228,12 @@ def _input_specs(max_seq_length: int):
     return ids_spec, text_spec, [text_spec, tf.TensorSpec(None, tf.string, "text_pair")]
 
 
-def text_endpoint(packer: TextPacker, function):
+def text_endpoint(packer: packer_lib.TextPacker, function):
     """`function(ids, mask, segments)` as an endpoint on `text` [B] string, checked."""
     return lambda text: function(*packer.pack(*check_texts(text=text)))
 
 
-def pair_endpoint(packer: TextPacker, function):
+def pair_endpoint(packer: packer_lib.TextPacker, function):
     """`function(ids, mask, segments)` as an endpoint on `text`, `text_pair` [B] string."""
     return lambda text, text_pair: function(*packer.pack(*check_texts(
         text=text, text_pair=text_pair)))

@@ -8,13 +8,14 @@ the answer out. Every step of the fine-tuning's evaluation runs in the graph.
 
     question, context ─► tf.text tokenization with byte offsets (the training tokenizer)
     ─► windows: [CLS] question (≤ max_query_length tokens) [SEP] context tokens [SEP] of
-       max_seq_length, every doc_stride context tokens (`squad.features`' rule), as many
-       as each context needs: N windows for the B requests, through the model
+       max_seq_length, every doc_stride context tokens (`squad.windows.features`' rule),
+       as many as each context needs: N windows for the B requests, through the model
        `WINDOWS_PER_CALL` at a time (the end head's memory grows with windows × beam × S)
     ─► the head's beam: top starts [N, K] and, per start, top ends [N, K, K]
     ─► spans in the context, whose start has its most context in this window
-       (`squad._max_context`), at most max_answer_length tokens ─► the best over the
-       request's windows (`squad.best_answers`) ─► bytes ─► characters, and its text
+       (`squad.windows._max_context`), at most max_answer_length tokens ─► the best over
+       the request's windows (`squad.windows.best_answers`) ─► bytes ─► characters, and
+       its text
 
 Both inputs are checked in the graph (`export.check_texts`): vectors of one length, else
 InvalidArgument naming the input.
@@ -140,8 +141,8 @@ def run_in_slices(model, rows: dict, size: int = WINDOWS_PER_CALL) -> dict:
 
 def best_spans(windows: dict, outputs: dict, context, max_answer_length: int,
                overlap: int) -> dict:
-    """The best span of each request over its windows (`squad.best_answers` in the
-    graph): answer [B] string, start, end [B] int32 characters, score [B] float32,
+    """The best span of each request over its windows (`squad.windows.best_answers` in
+    the graph): answer [B] string, start, end [B] int32 characters, score [B] float32,
     found [B] bool. `windows`: `Windows`' output; `overlap`: its `overlap`."""
     start_index, end_index = outputs["start_top_index"], outputs["end_top_index"]
     k = start_index.shape[1]                                   # the beam, static
@@ -156,7 +157,7 @@ def best_spans(windows: dict, outputs: dict, context, max_answer_length: int,
 
     # A start counts only in the window that gives its token the most context: the
     # windows that can hold context token c (w from c // step down, `overlap` of them)
-    # scored as `squad._max_context` does, in integers (100 × the context on the token's
+    # scored as `squad.windows._max_context` does, in integers (100 × the context on the token's
     # shorter side + the window's length; the first window wins a tie): [N, K, overlap].
     def per_row(name):
         return tf.cast(windows[name], tf.int64)[:, None, None]

@@ -9,10 +9,10 @@ import pytest
 import tensorflow as tf
 
 from configs import electra as electra_configs
+from electra_tf import convert
 from electra_tf import errors
 from electra_tf import model_config
 from electra_tf.model import objectives
-from electra_tf.serving import convert
 from electra_tf.serving import export
 from tests import helpers
 from tests.model import test_objectives
@@ -59,15 +59,15 @@ def test_export_and_conversion_see_the_summed_table(tmp_path):
     with open(tmp_path / "config.json", "w") as f:
         json.dump(model_config.resolve(config).to_dict(), f)
 
-    weights = convert.read_electra_tf(str(tmp_path))
+    weights = convert.workdir.read(str(tmp_path))
     assert weights.spec.shape.tie == "none"
     summed = (model.embeddings.token_embedding.embeddings + delta).numpy()
     np.testing.assert_allclose(weights.tensors["electra/embeddings/word_embeddings"], summed)
     np.testing.assert_array_equal(weights.tensors["generator/embeddings/word_embeddings"],
                                   model.embeddings.token_embedding.embeddings.numpy())
     # The converted (tie=none) model's discriminator computes what the gdes one does.
-    untied = convert.build_pretrainer(weights.spec)
-    for slot in convert.pretrainer_slots(untied):
+    untied = convert.table.build_pretrainer(weights.spec)
+    for slot in convert.table.pretrainer_slots(untied):
         slot.set(weights.tensors[slot.name])
     batch = test_objectives.batch()
     args = (batch["input_ids"], batch["input_mask"], batch["segment_ids"])

@@ -16,6 +16,7 @@ import tensorflow_text as text
 
 from electra_tf import errors
 from electra_tf.serving import export
+from electra_tf.text import packer as packer_lib
 from tests import helpers
 
 SEQ = helpers.SERVING_SEQ
@@ -46,7 +47,7 @@ def test_tf_serving_layout(exported):
 
 def test_every_signature_in_the_session_loader_matches_the_model(run, exported, tmp_path):
     model, vocab = run["model"], run["vocab"]
-    packer = export.TextPacker(vocab, SEQ, lower_case=True)
+    packer = packer_lib.TextPacker(vocab, SEQ, lower_case=True)
     ids, mask, segments = (t.numpy() for t in packer.pack(tf.constant(TEXTS)))
     pair_ids, pair_mask, pair_segments = (t.numpy() for t in packer.pack(
         tf.constant(TEXTS), tf.constant(PAIRS)))
@@ -85,7 +86,7 @@ def test_every_signature_in_the_session_loader_matches_the_model(run, exported, 
 
 def test_packing_matches_the_training_layout_and_tf_text_round_robin(run):
     vocab = run["vocab"]
-    packer = export.TextPacker(vocab, SEQ, lower_case=True)
+    packer = packer_lib.TextPacker(vocab, SEQ, lower_case=True)
     ids, mask, segments = (t.numpy() for t in packer.pack(
         tf.constant(["the cat", ""]), tf.constant(["sat", "dog"])))
     cls, sep, pad = vocab.cls_id, vocab.sep_id, vocab.pad_id

@@ -1,5 +1,5 @@
 """The QA SavedModel: in-graph windows and spans agree with the fine-tuning's evaluation
-(`squad.features` + `squad.best_answers`), in TF Serving's session loader."""
+(`squad.windows.features` + `best_answers`), in TF Serving's session loader."""
 
 import keras
 import numpy as np
@@ -8,7 +8,8 @@ import tensorflow as tf
 
 from electra_tf import errors
 from electra_tf.finetuning import model as model_lib
-from electra_tf.finetuning import squad
+from electra_tf.finetuning.squad import data as squad_data
+from electra_tf.finetuning.squad import windows as squad_windows
 from electra_tf.model import encoder
 from electra_tf.serving import export_qa
 from tests import helpers
@@ -30,14 +31,14 @@ def setup(tmp_path_factory):
     enc = encoder.Encoder(embeddings, hidden_size=16, num_layers=1, num_heads=2,
                           intermediate_size=32)
     model = model_lib.QuestionAnswerer(enc, beam_size=5, seed=0)
-    questions = [squad.Question(str(i), q, c, [], []) for i, (q, c) in
+    questions = [squad_data.Question(str(i), q, c, [], []) for i, (q, c) in
                  enumerate(zip(QUESTIONS, CONTEXTS))]
-    features = squad.features(questions, vocab, True, SEQ, STRIDE, QUERY)
+    features = squad_windows.features(questions, vocab, True, SEQ, STRIDE, QUERY)
     outputs = {k: v.numpy() for k, v in model(
         {k: features.arrays()[k] for k in ("input_ids", "input_mask", "segment_ids")},
         training=False).items()}
-    return vocab, model, questions, features, squad.best_answers(questions, features,
-                                                                 outputs, 4)
+    return vocab, model, questions, features, squad_windows.best_answers(questions, features,
+                                                                         outputs, 4)
 
 
 def test_windows_in_the_graph_are_the_features_windows(setup):
@@ -86,7 +87,7 @@ def _export(model, vocab, path, null_threshold=None):
 
 def test_export_answers_as_the_evaluation_does_in_the_session_loader(setup, tmp_path):
     """No threshold: every request's answer, character offsets and score are the host
-    evaluation's (squad.features + squad.best_answers)."""
+    evaluation's (squad_windows.features + squad_windows.best_answers)."""
     vocab, model, questions, features, expected = setup
     got = _ask(_export(model, vocab, str(tmp_path / "qa" / "1")), tmp_path)
     assert set(got) == {"answer", "start", "end", "score"}

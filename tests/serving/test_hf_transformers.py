@@ -139,7 +139,7 @@ def test_hf_output_loads_in_transformers_with_our_tokenization(hf, converted, tm
 def test_a_transformers_generator_pair_converts_with_its_sharing(tie, hf, tmp_path):
     """discriminator/ + generator/ as `transformers` builds them: the generator holding a
     copy of the discriminator's embeddings (tied) or its own, narrower ones (untied)."""
-    from electra_tf.serving import convert  # pylint: disable=g-import-not-at-top
+    from electra_tf import convert  # pylint: disable=g-import-not-at-top
     root = tmp_path / "pair"
     hf["model"].save_pretrained(str(root / "discriminator"))
     torch.manual_seed(1)
@@ -154,11 +154,11 @@ def test_a_transformers_generator_pair_converts_with_its_sharing(tie, hf, tmp_pa
         generator.tie_weights()
     generator.save_pretrained(str(root / "generator"))
 
-    weights = convert.read_hf(str(root))
+    weights = convert.hf.read(str(root))
     assert weights.spec.tie == tie and weights.spec.has_generator
     assert weights.spec.generator.embedding_size == config.embedding_size
-    model = convert.build_pretrainer(weights.spec)
-    convert.load_into(convert.pretrainer_slots(model), weights)
+    model = convert.table.build_pretrainer(weights.spec)
+    convert.table.load_into(convert.table.pretrainer_slots(model), weights)
 
     rng = np.random.default_rng(3)
     ids = rng.integers(5, hf["vocab"].size, (2, 40)).astype("int32")

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
-from electra_tf.serving import export
+from electra_tf.text import packer as packer_lib
 from tests import helpers
 
 SEQ = helpers.SERVING_SEQ
@@ -120,7 +120,7 @@ def test_batch_of_256_random_texts_matches_the_in_process_packer(served):
     vocab, out = served["vocab"], served["outputs"]["many"]
     _check_rows(out, 256, vocab)
     texts = served["requests"]["many"][1]["text"]
-    packer = export.TextPacker(vocab, SEQ, lower_case=True)
+    packer = packer_lib.TextPacker(vocab, SEQ, lower_case=True)
     ids, mask, _ = packer.pack(tf.constant(list(texts)))
     np.testing.assert_array_equal(out["token_ids"], ids.numpy())
     np.testing.assert_array_equal(out["input_mask"], mask.numpy())

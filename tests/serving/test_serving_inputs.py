@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from tensorflow.core.protobuf import saved_model_pb2
 
-from electra_tf.finetuning import glue
 from electra_tf.finetuning import model as model_lib
+from electra_tf.finetuning.glue import specs as glue_specs
 from electra_tf.model import encoder
 from electra_tf.serving import export
 from electra_tf.serving import export_qa
@@ -129,7 +129,7 @@ def answers(run, exported, tmp_path_factory):
     qa = model_lib.QuestionAnswerer(_tiny_encoder(vocab), beam_size=3, seed=0)
     for model in (classifier, qa):  # built by a call, as fine-tuning builds them
         model({k: np.zeros([1, SEQ], np.int32) for k in export.ID_INPUTS})
-    classifier_dir = export.export_classifier(classifier, vocab, glue.TASKS["mrpc"], SEQ,
+    classifier_dir = export.export_classifier(classifier, vocab, glue_specs.TASKS["mrpc"], SEQ,
                                               str(root / "mrpc" / "1"))
     qa_dir = export_qa.export_question_answerer(
         qa, vocab, str(root / "qa" / "1"), max_seq_length=24, lower_case=True,

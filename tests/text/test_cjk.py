@@ -11,8 +11,8 @@ from electra_tf.data import examples
 from electra_tf.data import masking
 from electra_tf.data import pipeline
 from electra_tf.data import writer
-from electra_tf.serving import export
 from electra_tf.text import corpus
+from electra_tf.text import packer as packer_lib
 from electra_tf.text import tokenizer
 from electra_tf.text import vocab as vocab_lib
 
@@ -61,7 +61,7 @@ def test_cjk_and_mixed_text_from_sentences_to_served_tokens(tmp_path):
     assert masking.max_predictions_per_seq(0.15, 32) == batch["masked_lm_ids"].shape[1]
 
     # Serving tokenizes in the graph as the data was tokenized.
-    packer = export.TextPacker(vocab, 32, lower_case=True)
+    packer = packer_lib.TextPacker(vocab, 32, lower_case=True)
     ids, mask, _ = packer.pack(tf.constant(["東京は日本の首都です。Tokens!"]))
     served = [t.decode() for t in packer.wordpiece_strings(ids, mask).numpy()[0] if t]
     assert served[:8] == ["[CLS]", "東", "京", "は", "日", "本", "の", "首"]

@@ -10,6 +10,7 @@ from electra_tf.data import pipeline
 from electra_tf.model import pretrainer
 from electra_tf.model import sizes
 from electra_tf.serving import export
+from electra_tf.text import packer as packer_lib
 from electra_tf.training import predictions
 from tests import helpers
 
@@ -22,7 +23,7 @@ def setup(tmp_path_factory):
     model = pretrainer.ElectraPretrainer(
         vocab.size, sizes.ModelShape(tiny, sizes.generator_size(tiny, 0.5), max_positions=16))
     model.build_for(16, 3)
-    packer = export.TextPacker(vocab, 16, lower_case=True)
+    packer = packer_lib.TextPacker(vocab, 16, lower_case=True)
     ids, mask, segments = packer.pack(tf.constant(["the cat sat on the mat .", "a dog"]),
                                       tf.constant(["it was happy", "ran"]))
     masking = pipeline.masking_config_for(vocab, 16)

@@ -1,27 +1,29 @@
-"""The GLUE tasks as members of the task family (`task.Task`).
+"""The GLUE tasks as members of the task family (`finetuning.task.Task`).
 
-    glue.load (TSV or TFDS) ─► Rows: text_a [, text_b], label columns; tokenized in
-    tf.data by the serving packer (`export.TextPacker`) ─► Classifier ([CLS] → dropout →
-    dense) ─► cross-entropy, or MSE on score / 5 for STS-B ─► glue_metrics per dev split;
-    test splits ─► GLUE's submission TSVs ─► export.export_classifier
+    data.load (TSV or TFDS) ─► Rows: text_a [, text_b], label columns; tokenized in
+    tf.data by the exports' packer (`text.packer.TextPacker`) ─► Classifier ([CLS] →
+    dropout → dense) ─► cross-entropy, or MSE on score / 5 for STS-B ─► metrics per dev
+    split; test splits ─► GLUE's submission TSVs ─► export.export_classifier
 """
 
 import numpy as np
 import tensorflow as tf
 
-from electra_tf.finetuning import glue
-from electra_tf.finetuning import glue_metrics
 from electra_tf.finetuning import model as model_lib
 from electra_tf.finetuning import task as task_lib
+from electra_tf.finetuning.glue import data as glue_data
+from electra_tf.finetuning.glue import metrics
+from electra_tf.finetuning.glue import specs
 from electra_tf.serving import export
+from electra_tf.text import packer as packer_lib
 
 
 class GlueTask(task_lib.Task):
-    """A GLUE task (`glue.TaskSpec`); the original's classification head and metrics."""
+    """A GLUE task (`specs.TaskSpec`); the original's classification head and metrics."""
 
     signatures = ("serving_default", "serving_ids")
 
-    def __init__(self, spec: glue.TaskSpec, config=None):
+    def __init__(self, spec: specs.TaskSpec, config=None):
         super().__init__(config)
         self.spec = spec
         self.name = spec.name
@@ -40,23 +42,23 @@ class GlueTask(task_lib.Task):
     def read(self, vocab, lower_case: bool) -> task_lib.Data:
         data = self.config.data
         load = dict(data_dir=data.dir or None, tfds_data_dir=data.tfds_data_dir or None)
-        train = glue.load(self.name, "train", on_bad=data.on_bad, **load)
-        evals = {split: glue.load(self.name, split, on_bad=data.on_bad, **load)
+        train = glue_data.load(self.name, "train", on_bad=data.on_bad, **load)
+        evals = {split: glue_data.load(self.name, split, on_bad=data.on_bad, **load)
                  for split in self.eval_splits}
-        tests = ({split: glue.load_test(self.name, split, load["data_dir"],
-                                        load["tfds_data_dir"])
-                  for split in glue.test_splits(self.name)}
+        tests = ({split: glue_data.load_test(self.name, split, load["data_dir"],
+                                             load["tfds_data_dir"])
+                  for split in glue_data.test_splits(self.name)}
                  if self.config.predict_test else {})
         if self.spec.double_unordered:  # the original also trains on (text_b, text_a)
-            train = glue.Examples(train.text_a + train.text_b, train.text_b + train.text_a,
-                                  np.concatenate([train.labels, train.labels]),
-                                  train.source, train.skipped, train.first_skipped)
-        packer = export.TextPacker(vocab, data.max_seq_length, lower_case)
+            train = glue_data.Examples(train.text_a + train.text_b, train.text_b + train.text_a,
+                                       np.concatenate([train.labels, train.labels]),
+                                       train.source, train.skipped, train.first_skipped)
+        packer = packer_lib.TextPacker(vocab, data.max_seq_length, lower_case)
         return task_lib.Data(self._rows(train, packer),
                              {s: self._rows(e, packer) for s, e in evals.items()},
                              {s: self._rows(e, packer) for s, e in tests.items()})
 
-    def _rows(self, examples: glue.Examples, packer) -> task_lib.Rows:
+    def _rows(self, examples: glue_data.Examples, packer) -> task_lib.Rows:
         columns = {"text_a": np.asarray(examples.text_a, object), "label": examples.labels}
         if examples.text_b is not None:
             columns["text_b"] = np.asarray(examples.text_b, object)
@@ -95,13 +97,13 @@ class GlueTask(task_lib.Task):
         return logits.argmax(-1)
 
     def evaluate(self, split, rows, outputs) -> task_lib.Evaluation:
-        return task_lib.Evaluation(glue_metrics.compute(
+        return task_lib.Evaluation(metrics.compute(
             self.name, self._predictions(outputs), rows.columns["label"]))
 
     def predict_test(self, split, rows, outputs) -> tuple[str, str]:
         """GLUE's submission format: test_predictions/<CoLA.tsv, MNLI-m.tsv, ...>."""
-        lines = glue.submission_rows(self.name, rows.payload.ids, self._predictions(outputs))
-        return (f"test_predictions/{glue.test_splits(self.name)[split]}",
+        lines = glue_data.submission_rows(self.name, rows.payload.ids, self._predictions(outputs))
+        return (f"test_predictions/{glue_data.test_splits(self.name)[split]}",
                 "\n".join(lines) + "\n")
 
     def export(self, model, vocab, max_seq_length, output, lower_case) -> str:

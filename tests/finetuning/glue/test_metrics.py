@@ -1,12 +1,12 @@
-"""Tests of `electra_tf.finetuning.glue_metrics` against values worked out by hand."""
+"""Tests of `electra_tf.finetuning.glue.metrics` against values worked out by hand."""
 
 import math
 
 import numpy as np
 import pytest
 
-from electra_tf.finetuning import glue
-from electra_tf.finetuning import glue_metrics as m
+from electra_tf.finetuning.glue import metrics as m
+from electra_tf.finetuning.glue import specs
 
 
 def test_accuracy():
@@ -84,7 +84,7 @@ def test_compute_reports_glues_metrics_per_task():
     result = m.compute("stsb", np.array([[1.0], [2.0], [3.0]], np.float32), [1.0, 2.0, 4.0])
     assert result == {"pearson": pytest.approx(3 / math.sqrt(2 * 14 / 3)),
                       "spearman": pytest.approx(1.0)}
-    for spec in glue.TASKS.values():
+    for spec in specs.TASKS.values():
         assert all(isinstance(v, float) for v in m.compute(spec.name, [1, 0], [1, 1]).values())
 
 
@@ -100,5 +100,5 @@ def test_bad_arguments(predictions, labels, problem):
 
 
 def test_compute_unknown_task():
-    with pytest.raises(glue.GlueDataError, match="unknown GLUE task"):
+    with pytest.raises(specs.GlueDataError, match="unknown GLUE task"):
         m.compute("wnli", [1], [1])

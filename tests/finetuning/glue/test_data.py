@@ -1,4 +1,5 @@
-"""Tests of `electra_tf.finetuning.glue`: task specs, GLUE's TSV layouts, bad input, TFDS."""
+"""Tests of `electra_tf.finetuning.glue`'s specs and data: task specs, GLUE's TSV layouts,
+bad input, TFDS."""
 
 import dataclasses
 import os
@@ -9,9 +10,10 @@ import pytest
 
 from configs import finetune as finetune_configs  # pylint: disable=g-bad-import-order
 from electra_tf import errors
-from electra_tf.finetuning import glue
-from electra_tf.finetuning import glue_metrics
 from electra_tf.finetuning import hparams
+from electra_tf.finetuning.glue import data as glue_data
+from electra_tf.finetuning.glue import metrics
+from electra_tf.finetuning.glue import specs
 from electra_tf.model import sizes
 
 
@@ -88,34 +90,34 @@ _LAYOUTS = {
 
 
 def test_every_task_is_described():
-    assert sorted(glue.TASKS) == sorted(_LAYOUTS) == sorted(glue._LAYOUTS)
-    for name, spec in glue.TASKS.items():
+    assert sorted(specs.TASKS) == sorted(_LAYOUTS) == sorted(glue_data._LAYOUTS)
+    for name, spec in specs.TASKS.items():
         assert spec.name == name and spec.tfds_name == f"glue/{name}"
         assert len(spec.text_columns) in (1, 2)
-        assert set(spec.metrics) <= set(glue_metrics.METRICS)
+        assert set(spec.metrics) <= set(metrics.METRICS)
         assert spec.primary_metric in spec.metrics
         assert len(spec.tfds_label_names) == len(spec.label_names)
         assert spec.num_labels == (1 if spec.is_regression else len(spec.label_names))
         # Both texts of a pair task are in its TSV layout.
-        assert len(glue._LAYOUTS[name].text) == len(spec.text_columns)
+        assert len(glue_data._LAYOUTS[name].text) == len(spec.text_columns)
 
 
 def test_the_original_electras_labels_and_defaults():
-    assert glue.TASKS["mnli"].label_names == ("contradiction", "entailment", "neutral")
-    assert glue.TASKS["rte"].label_names == ("entailment", "not_entailment")
-    assert glue.TASKS["cola"].label_names == ("0", "1")
-    assert glue.TASKS["stsb"].num_labels == 1 and glue.TASKS["stsb"].is_regression
-    epochs = {name: spec.num_train_epochs for name, spec in glue.TASKS.items()}
+    assert specs.TASKS["mnli"].label_names == ("contradiction", "entailment", "neutral")
+    assert specs.TASKS["rte"].label_names == ("entailment", "not_entailment")
+    assert specs.TASKS["cola"].label_names == ("0", "1")
+    assert specs.TASKS["stsb"].num_labels == 1 and specs.TASKS["stsb"].is_regression
+    epochs = {name: spec.num_train_epochs for name, spec in specs.TASKS.items()}
     assert epochs == {name: 10.0 if name in ("rte", "stsb") else 3.0 for name in epochs}
-    for spec in glue.TASKS.values():
+    for spec in specs.TASKS.values():
         assert (spec.train_batch_size, spec.max_seq_length, spec.warmup_proportion,
                 spec.weight_decay_rate) == (32, 128, 0.1, 0.01)
-    assert {n for n, s in glue.TASKS.items() if s.double_unordered} == {"mrpc", "stsb"}
-    assert glue.TASKS["mnli"].eval_splits == ("validation_matched", "validation_mismatched")
+    assert {n for n, s in specs.TASKS.items() if s.double_unordered} == {"mrpc", "stsb"}
+    assert specs.TASKS["mnli"].eval_splits == ("validation_matched", "validation_mismatched")
 
 
 def test_specs_are_read_only():
-    spec = glue.TASKS["cola"]
+    spec = specs.TASKS["cola"]
     with pytest.raises(Exception):
         spec.num_train_epochs = 1.0
     with pytest.raises(TypeError):
@@ -145,34 +147,34 @@ def test_learning_rate_and_decay_come_from_the_model_unless_a_size_is_named():
 
 
 def test_label_index():
-    assert glue.label_index("cola", "1") == 1
-    assert glue.label_index("mnli", "neutral") == 2
-    assert glue.label_index("qnli", "not_entailment\r") == 1
-    assert glue.label_index("stsb", "5.000") == 5.0
+    assert glue_data.label_index("cola", "1") == 1
+    assert glue_data.label_index("mnli", "neutral") == 2
+    assert glue_data.label_index("qnli", "not_entailment\r") == 1
+    assert glue_data.label_index("stsb", "5.000") == 5.0
     for task, raw, problem in [("cola", "2", "not one of 0, 1"),
                                ("mnli", "entails", "not one of contradiction"),
                                ("stsb", "high", "not a number"),
                                ("stsb", "5.2", "outside 0..5"),
                                ("stsb", "nan", "outside 0..5")]:
-        with pytest.raises(glue.GlueDataError, match=problem):
-            glue.label_index(task, raw)
+        with pytest.raises(specs.GlueDataError, match=problem):
+            glue_data.label_index(task, raw)
 
 
 def test_unknown_task_and_split():
-    with pytest.raises(glue.GlueDataError, match="unknown GLUE task 'wnli'"):
-        glue.get_task("wnli")
-    with pytest.raises(glue.GlueDataError, match="no split 'validation' .*validation_matched"):
-        glue.split_file("mnli", "validation")
-    with pytest.raises(glue.GlueDataError, match="no split 'test'"):
-        glue.load("cola", "test", data_dir="/nowhere")
-    assert isinstance(glue.GlueDataError("x"), errors.UserError)
+    with pytest.raises(specs.GlueDataError, match="unknown GLUE task 'wnli'"):
+        specs.get_task("wnli")
+    with pytest.raises(specs.GlueDataError, match="no split 'validation' .*validation_matched"):
+        glue_data.split_file("mnli", "validation")
+    with pytest.raises(specs.GlueDataError, match="no split 'test'"):
+        glue_data.load("cola", "test", data_dir="/nowhere")
+    assert isinstance(specs.GlueDataError("x"), errors.UserError)
 
 
 def test_split_files():
-    assert glue.split_file("cola", "train") == "train.tsv"
-    assert glue.split_file("rte", "validation") == "dev.tsv"
-    assert glue.split_file("mnli", "validation_matched") == "dev_matched.tsv"
-    assert glue.split_file("mnli", "validation_mismatched") == "dev_mismatched.tsv"
+    assert glue_data.split_file("cola", "train") == "train.tsv"
+    assert glue_data.split_file("rte", "validation") == "dev.tsv"
+    assert glue_data.split_file("mnli", "validation_matched") == "dev_matched.tsv"
+    assert glue_data.split_file("mnli", "validation_mismatched") == "dev_mismatched.tsv"
 
 
 # ---------------------------------------------------------------------------- TSV layouts
@@ -182,7 +184,7 @@ def test_split_files():
 def test_read_tsv_layout(tmp_path, task):
     rows, text_a, text_b, labels = _LAYOUTS[task]
     path = _write(tmp_path / "dev.tsv", rows)
-    examples = glue.read_tsv(task, path)
+    examples = glue_data.read_tsv(task, path)
     assert examples.text_a == text_a
     assert examples.text_b == text_b
     assert examples.labels.tolist() == labels
@@ -193,7 +195,7 @@ def test_read_tsv_layout(tmp_path, task):
 def test_mnli_dev_layout_has_five_annotator_labels(tmp_path):
     path = _write(tmp_path / "dev_matched.tsv", [
         _MNLI_DEV_HEADER, _mnli_row(0, "A b .", "C d .", "neutral", dev=True)])
-    examples = glue.read_tsv("mnli", path)
+    examples = glue_data.read_tsv("mnli", path)
     assert (examples.text_a, examples.text_b, examples.labels.tolist()) == (
         ["A b ."], ["C d ."], [2])
 
@@ -202,7 +204,7 @@ def test_read_tsv_windows_line_ends_bom_and_blank_lines(tmp_path):
     rows = _LAYOUTS["sst2"][0]
     path = _write(tmp_path / "a.tsv", ["\ufeff" + "\t".join(rows[0]), rows[1], "", rows[2],
                                        "   "], end="\r\n")
-    examples = glue.read_tsv("sst2", path)
+    examples = glue_data.read_tsv("sst2", path)
     assert examples.text_a == _LAYOUTS["sst2"][1] and examples.labels.tolist() == [1, 0]
 
 
@@ -210,8 +212,8 @@ def test_read_tsv_windows_line_ends_bom_and_blank_lines(tmp_path):
 
 
 def _error(task, path, **kwargs) -> str:
-    with pytest.raises(glue.GlueDataError) as info:
-        glue.read_tsv(task, path, **kwargs)
+    with pytest.raises(specs.GlueDataError) as info:
+        glue_data.read_tsv(task, path, **kwargs)
     message = str(info.value)
     assert "\n" not in message
     return message
@@ -239,7 +241,7 @@ def test_bad_rows_name_file_and_line(tmp_path, task, bad_row, problem):
     path = _write(tmp_path / "train.tsv", rows)
     assert _error(task, path) == f"{path}:3: {problem}"
 
-    examples = glue.read_tsv(task, path, on_bad="skip")
+    examples = glue_data.read_tsv(task, path, on_bad="skip")
     assert len(examples) == len(_LAYOUTS[task][3]) and examples.skipped == 1
     assert examples.labels.tolist() == pytest.approx(_LAYOUTS[task][3])
     assert examples.first_skipped == f"{path}:3: {problem}"
@@ -298,7 +300,7 @@ def test_missing_file(tmp_path):
 def test_load_finds_the_file_in_glues_layouts(tmp_path, folder):
     os.makedirs(tmp_path / folder, exist_ok=True)
     path = _write(tmp_path / folder / "dev.tsv", _LAYOUTS["rte"][0])
-    examples = glue.load("rte", "validation", data_dir=str(tmp_path))
+    examples = glue_data.load("rte", "validation", data_dir=str(tmp_path))
     assert examples.source == path and examples.labels.tolist() == [0, 1]
 
 
@@ -307,19 +309,19 @@ def test_load_mnli_matched_and_mismatched(tmp_path):
            [_MNLI_DEV_HEADER, _mnli_row(0, "A .", "B .", "entailment", dev=True)])
     _write(tmp_path / "dev_mismatched.tsv",
            [_MNLI_DEV_HEADER, _mnli_row(0, "C .", "D .", "neutral", dev=True)])
-    matched = glue.load("mnli", "validation_matched", data_dir=str(tmp_path))
-    mismatched = glue.load("mnli", "validation_mismatched", data_dir=str(tmp_path))
+    matched = glue_data.load("mnli", "validation_matched", data_dir=str(tmp_path))
+    mismatched = glue_data.load("mnli", "validation_mismatched", data_dir=str(tmp_path))
     assert (matched.text_a, matched.labels.tolist()) == (["A ."], [1])
     assert (mismatched.text_a, mismatched.labels.tolist()) == (["C ."], [2])
 
 
 def test_load_names_where_it_looked(tmp_path):
-    with pytest.raises(glue.GlueDataError) as info:
-        glue.load("sst2", "train", data_dir=str(tmp_path))
+    with pytest.raises(specs.GlueDataError) as info:
+        glue_data.load("sst2", "train", data_dir=str(tmp_path))
     assert str(info.value) == (f"no train.tsv for sst2 in {tmp_path} (looked for "
                                f"train.tsv, SST-2/train.tsv, sst/train.tsv)")
-    with pytest.raises(glue.GlueDataError, match="does not exist"):
-        glue.load("sst2", "train", data_dir=str(tmp_path / "missing"))
+    with pytest.raises(specs.GlueDataError, match="does not exist"):
+        glue_data.load("sst2", "train", data_dir=str(tmp_path / "missing"))
 
 
 # ---------------------------------------------------------------------------- TFDS
@@ -374,7 +376,7 @@ def _rows(examples):
 
 
 def test_tfds_cola(tfds_dir, no_download):
-    examples = glue.load("cola", "validation", tfds_data_dir=tfds_dir)
+    examples = glue_data.load("cola", "validation", tfds_data_dir=tfds_dir)
     assert examples.source == "glue/cola:validation" and examples.skipped == 0
     assert examples.text_b is None and examples.labels.dtype == np.int32
     assert _rows(examples) == sorted([("The cat sat on the mat .", None, 1),
@@ -385,26 +387,26 @@ def test_tfds_cola(tfds_dir, no_download):
 def test_tfds_mnli_labels_map_by_name(tfds_dir, no_download, tmp_path):
     # TFDS orders MNLI's classes entailment, neutral, contradiction; ours (the original
     # ELECTRA's) is contradiction, entailment, neutral. Both sources must agree.
-    examples = glue.load("mnli", "validation_matched", tfds_data_dir=tfds_dir)
+    examples = glue_data.load("mnli", "validation_matched", tfds_data_dir=tfds_dir)
     assert _rows(examples) == sorted([("P one .", "H one .", 1), ("P two .", "H two .", 2),
                                       ("P three .", "H three .", 0)])
     tsv = _write(tmp_path / "dev_matched.tsv", [_MNLI_DEV_HEADER] + [
         _mnli_row(i, a, b, label, dev=True) for i, (a, b, label) in enumerate([
             ("P one .", "H one .", "entailment"), ("P two .", "H two .", "neutral"),
             ("P three .", "H three .", "contradiction")])])
-    assert _rows(glue.read_tsv("mnli", tsv)) == _rows(examples)
-    assert len(glue.load("mnli", "validation_mismatched", tfds_data_dir=tfds_dir)) == 1
+    assert _rows(glue_data.read_tsv("mnli", tsv)) == _rows(examples)
+    assert len(glue_data.load("mnli", "validation_mismatched", tfds_data_dir=tfds_dir)) == 1
 
 
 def test_tfds_test_split_has_no_labels(tfds_dir, no_download):
-    with pytest.raises(glue.GlueDataError) as info:
-        glue._read_tfds(glue.TASKS["cola"], "test", tfds_dir, on_bad="error")
+    with pytest.raises(specs.GlueDataError) as info:
+        glue_data._read_tfds(specs.TASKS["cola"], "test", tfds_dir, on_bad="error")
     assert str(info.value) == "glue/cola:test example 1: no label (-1)"
 
 
 def test_tfds_not_prepared_is_one_line(tmp_path, no_download):
-    with pytest.raises(glue.GlueDataError) as info:
-        glue.load("rte", "train", tfds_data_dir=str(tmp_path))
+    with pytest.raises(specs.GlueDataError) as info:
+        glue_data.load("rte", "train", tfds_data_dir=str(tmp_path))
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(f"glue/rte is not prepared in {tmp_path}")
@@ -423,46 +425,46 @@ def test_test_files_read_by_header_with_their_ids(tmp_path):
     _write(tmp_path / "MNLI" / "test_matched.tsv", [
         _MNLI_TEST_HEADER, ["0", "1", "1n", "fiction", "(A)", "(B)", "(A)", "(B)", "A .", "B ."],
         ["1", "2", "2e", "travel", "(C)", "(D)", "(C)", "(D)", "C .", "D ."]])
-    examples = glue.load_test("mnli", "test_matched", data_dir=str(tmp_path))
+    examples = glue_data.load_test("mnli", "test_matched", data_dir=str(tmp_path))
     assert (examples.ids, examples.text_a, examples.text_b) == (["0", "1"], ["A .", "C ."],
                                                                  ["B .", "D ."])
     assert examples.labels.tolist() == [0, 0]
     qqp = _write(tmp_path / "test.tsv", [["id", "question1", "question2"], ["7", "a ?", "b ?"]])
-    assert glue.read_test_tsv("qqp", qqp).ids == ["7"]
-    assert glue.test_splits("mnli") == {"test_matched": "MNLI-m.tsv",
-                                        "test_mismatched": "MNLI-mm.tsv"}
-    assert {glue.test_splits(t)["test"] for t in glue.TASKS if t != "mnli"} == {
+    assert glue_data.read_test_tsv("qqp", qqp).ids == ["7"]
+    assert glue_data.test_splits("mnli") == {"test_matched": "MNLI-m.tsv",
+                                             "test_mismatched": "MNLI-mm.tsv"}
+    assert {glue_data.test_splits(t)["test"] for t in specs.TASKS if t != "mnli"} == {
         "CoLA.tsv", "SST-2.tsv", "MRPC.tsv", "STS-B.tsv", "QQP.tsv", "QNLI.tsv", "RTE.tsv"}
 
 
 def test_bad_test_files_are_one_line_errors(tmp_path):
     train_file = _write(tmp_path / "train.tsv", [["sentence", "label"], ["a", "1"]])
-    with pytest.raises(glue.GlueDataError, match=r"train.tsv:1: not the header of GLUE's "
+    with pytest.raises(specs.GlueDataError, match=r"train.tsv:1: not the header of GLUE's "
                        r"sst2 test file \(no 'index' column\)"):
-        glue.read_test_tsv("sst2", train_file)
+        glue_data.read_test_tsv("sst2", train_file)
     short = _write(tmp_path / "short.tsv", [["index", "sentence1", "sentence2"], ["0", "a"]])
-    with pytest.raises(glue.GlueDataError, match="short.tsv:2: 2 column"):
-        glue.read_test_tsv("rte", short)
-    with pytest.raises(glue.GlueDataError, match="no rte test examples"):
-        glue.read_test_tsv("rte", _write(tmp_path / "e.tsv", [["index", "sentence1",
-                                                                "sentence2"]]))
-    with pytest.raises(glue.GlueDataError, match="no test split 'test'; choose one of "
+    with pytest.raises(specs.GlueDataError, match="short.tsv:2: 2 column"):
+        glue_data.read_test_tsv("rte", short)
+    with pytest.raises(specs.GlueDataError, match="no rte test examples"):
+        glue_data.read_test_tsv("rte", _write(tmp_path / "e.tsv", [["index", "sentence1",
+                                                                     "sentence2"]]))
+    with pytest.raises(specs.GlueDataError, match="no test split 'test'; choose one of "
                        "test_matched, test_mismatched"):
-        glue.load_test("mnli", "test", data_dir=str(tmp_path))
-    with pytest.raises(glue.GlueDataError, match="no test.tsv for cola"):
-        glue.load_test("cola", "test", data_dir=str(tmp_path))
+        glue_data.load_test("mnli", "test", data_dir=str(tmp_path))
+    with pytest.raises(specs.GlueDataError, match="no test.tsv for cola"):
+        glue_data.load_test("cola", "test", data_dir=str(tmp_path))
 
 
 def test_submission_rows_are_glues_format():
-    assert glue.submission_rows("mnli", ["0", "1"], np.array([2, 0])) == [
+    assert glue_data.submission_rows("mnli", ["0", "1"], np.array([2, 0])) == [
         "index\tprediction", "0\tneutral", "1\tcontradiction"]
-    assert glue.submission_rows("cola", ["5"], np.array([1])) == ["index\tprediction", "5\t1"]
-    assert glue.submission_rows("stsb", ["0", "1", "2"], np.array([5.7, -0.2, 2.5])) == [
+    assert glue_data.submission_rows("cola", ["5"], np.array([1])) == ["index\tprediction", "5\t1"]
+    assert glue_data.submission_rows("stsb", ["0", "1", "2"], np.array([5.7, -0.2, 2.5])) == [
         "index\tprediction", "0\t5.000", "1\t0.000", "2\t2.500"]
 
 
 def test_tfds_test_splits_with_their_ids(tfds_dir, no_download):
-    cola = glue.load_test("cola", "test", tfds_data_dir=tfds_dir)
+    cola = glue_data.load_test("cola", "test", tfds_data_dir=tfds_dir)
     assert (cola.ids, cola.text_a, cola.text_b) == (["0"], ["No label here ."], None)
-    mnli = glue.load_test("mnli", "test_mismatched", tfds_data_dir=tfds_dir)
+    mnli = glue_data.load_test("mnli", "test_mismatched", tfds_data_dir=tfds_dir)
     assert (mnli.ids, mnli.text_a, mnli.text_b) == (["0"], ["A ."], ["B ."])

@@ -1,11 +1,11 @@
 """SQuAD 1.1 and 2.0 as members of the task family (`task.Task`).
 
-    squad.load (JSON in config.data.dir, or TFDS squad) ─► squad.features: windows of
+    data.load (JSON in config.data.dir, or TFDS squad) ─► windows.features: windows of
     max_seq_length over each context, every doc_stride tokens (made on the host, once per
     run) ─► Rows of ids and answer positions ─► QuestionAnswerer (the original's head:
     start, joint end over a beam of starts, answerability) ─► qa_loss
-    dev: the beam's spans ─► squad.best_answers (n-best per window, best across windows,
-    max_answer_length) ─► squad_metrics (the official scripts' EM/F1; 2.0: HasAns/NoAns,
+    dev: the beam's spans ─► windows.best_answers (n-best per window, best across windows,
+    max_answer_length) ─► metrics (the official scripts' EM/F1; 2.0: HasAns/NoAns,
     the null threshold, the best threshold) ─► predictions.json (+ null_odds.json for 2.0)
     in the run dir, the official scripts' input formats ─► export_qa (in-graph windows)
 
@@ -19,9 +19,10 @@ import json
 
 from electra_tf import errors
 from electra_tf.finetuning import model as model_lib
-from electra_tf.finetuning import squad
-from electra_tf.finetuning import squad_metrics
 from electra_tf.finetuning import task as task_lib
+from electra_tf.finetuning.squad import data as squad_data
+from electra_tf.finetuning.squad import metrics as squad_metrics
+from electra_tf.finetuning.squad import windows
 from electra_tf.serving import export_qa
 
 # The original's SQuAD defaults (configure_finetuning.py): max_seq_length 512, 2 epochs,
@@ -87,17 +88,17 @@ class SquadTask(task_lib.Task):
         load = dict(data_dir=data.dir or None, tfds_data_dir=data.tfds_data_dir or None,
                     on_bad=data.on_bad)
         return task_lib.Data(
-            self._rows(squad.load(self.version, "train", **load), vocab, lower_case,
+            self._rows(squad_data.load(self.version, "train", **load), vocab, lower_case,
                        train=True),
-            {"validation": self._rows(squad.load(self.version, "validation", **load),
+            {"validation": self._rows(squad_data.load(self.version, "validation", **load),
                                       vocab, lower_case, train=False)}, {})
 
-    def _rows(self, questions: squad.Questions, vocab, lower_case,
+    def _rows(self, questions: squad_data.Questions, vocab, lower_case,
               train: bool) -> task_lib.Rows:
         data = self.config.data
         # Training's windows keep no character offsets (only `evaluate` reads them).
-        features = squad.features(questions.items, vocab, lower_case, data.max_seq_length,
-                                  data.doc_stride, data.max_query_length, spans=not train)
+        features = windows.features(questions.items, vocab, lower_case, data.max_seq_length,
+                                    data.doc_stride, data.max_query_length, spans=not train)
         inputs = ("input_ids", "input_mask", "segment_ids")
 
         def prepare(batch):  # [b, S] ids and [b] answer positions, made by `features`
@@ -126,8 +127,8 @@ class SquadTask(task_lib.Task):
 
     def evaluate(self, split, rows, outputs) -> task_lib.Evaluation:
         questions, features = rows.payload
-        answers = squad.best_answers(questions, features, outputs,
-                                     self.config.model.max_answer_length)
+        answers = windows.best_answers(questions, features, outputs,
+                                       self.config.model.max_answer_length)
         predictions = {q.qid: a.text for q, a in zip(questions, answers)}
         gold = [{"id": q.qid, "answers": q.answers} for q in questions]
         # ASCII (\u escapes): the official scripts open it in the platform's encoding.

@@ -26,7 +26,7 @@ comparison well defined while a model still predicts one class.
 
 import numpy as np
 
-from electra_tf.finetuning import glue
+from electra_tf.finetuning.glue import specs
 
 
 def _pair(predictions, labels, integer: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -137,7 +137,7 @@ def compute(task_name: str, predictions, labels) -> dict[str, float]:
     """The metrics GLUE reports for a task, by name (`TaskSpec.metrics`).
 
     `predictions` are class indices (or scores for stsb), one per example, in the order
-    of `labels`. `glue.TASKS[task_name].primary_metric` names the one to select on.
+    of `labels`. `specs.TASKS[task_name].primary_metric` names the one to select on.
     """
-    spec = glue.get_task(task_name)
+    spec = specs.get_task(task_name)
     return {name: METRICS[name](predictions, labels) for name in spec.metrics}

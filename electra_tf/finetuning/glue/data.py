@@ -1,15 +1,14 @@
-"""The GLUE tasks ELECTRA is fine-tuned on: what each one is, and its examples.
+"""GLUE's examples: one split of a task (`specs.TASKS`), from either source.
 
-`TASKS` describes cola, sst2, mrpc, stsb, qqp, mnli, qnli and rte (`TaskSpec`: text
-columns, labels, metrics, and the original ELECTRA's fine-tuning defaults). `load`
-returns the `Examples` of one split, from either source:
+`load` returns the `Examples` of one split, from either source:
 
 * GLUE's own TSV files (`data_dir`: the `glue_data` folder of GLUE's download script,
   or one task's folder in it, such as `glue_data/CoLA`), read by `read_tsv`;
 * TFDS `glue/<task>`, already prepared in a local data dir (nothing is downloaded).
 
-Labels are class indices in the order of `TaskSpec.label_names` (the original ELECTRA's
-order, so its classifier heads read ours), or the 0..5 similarity score for stsb.
+Labels are class indices in the order of `TaskSpec.label_names`, or the 0..5 similarity
+score for stsb (`label_index`). Test splits (`load_test`) have no labels, but each row's
+GLUE index, for the leaderboard's submission files (`submission_rows`).
 
 Bad input is reported, never guessed around: a row with missing columns, a label
 outside the task's label set, or an empty sentence raises `GlueDataError` naming
@@ -17,9 +16,6 @@ outside the task's label set, or an empty sentence raises `GlueDataError` naming
 counted in `Examples.skipped`. Invalid UTF-8, a wrong header and a file without a
 single example are always errors; blank lines are not rows and are passed over.
 
->>> spec = TASKS["mnli"]
->>> spec.label_names, spec.num_labels, spec.eval_splits
-(('contradiction', 'entailment', 'neutral'), 3, ('validation_matched', 'validation_mismatched'))
 >>> label_index("mnli", "neutral"), label_index("stsb", "3.8")
 (2, 3.8)
 >>> split_file("mnli", "validation_mismatched")
@@ -33,90 +29,9 @@ import os
 
 import numpy as np
 
-from electra_tf import errors
+from electra_tf.finetuning.glue import specs
 
-
-class GlueDataError(errors.UserError):
-    """GLUE data that cannot be used: the message names the file and line, or the dataset."""
-
-
-# ---------------------------------------------------------------------------- tasks
-
-# The original ELECTRA's fine-tuning defaults, from google-research/electra
-# configure_finetuning.py (FinetuningConfig.__init__): weight_decay_rate 0.01;
-# warmup_proportion 0.1; train/eval_batch_size 32; max_seq_length 128; num_train_epochs 3,
-# 10 when the single task is "rte" or "sts"; double_unordered True (used by its MRPC and
-# STS tasks only: train on both sentence orders). Its learning rate and layer-wise decay
-# depend on the model, not the task: finetuning/hparams.py.
-
-
-@dataclasses.dataclass(frozen=True)
-class TaskSpec:
-    """One GLUE task: its data, its labels, its metrics and its fine-tuning defaults."""
-
-    name: str
-    tfds_name: str                   # "glue/<name>"
-    data_folders: tuple[str, ...]    # its folder in GLUE's download, in the original's layout
-    text_columns: tuple[str, ...]    # 1 or 2 logical names (TFDS's feature names)
-    label_names: tuple[str, ...]     # as in GLUE's TSVs; position = class index; () for stsb
-    tfds_label_names: tuple[str, ...]  # TFDS's ClassLabel names of the same classes
-    metrics: tuple[str, ...]         # names in glue_metrics.METRICS, as GLUE reports them
-    primary_metric: str              # what the original ELECTRA's README reports
-    eval_splits: tuple[str, ...] = ("validation",)
-    is_regression: bool = False
-    score_range: tuple[float, float] | None = None  # regression targets: GLUE's 0..5
-    # Fine-tuning defaults of the original ELECTRA (see the comment above `TaskSpec`).
-    num_train_epochs: float = 3.0
-    double_unordered: bool = False   # also train on (text_b, text_a)
-    weight_decay_rate: float = 0.01
-    warmup_proportion: float = 0.1
-    train_batch_size: int = 32
-    eval_batch_size: int = 32
-    max_seq_length: int = 128
-
-    @property
-    def num_labels(self) -> int:
-        """Outputs of the task's head: one per class, 1 for a regression."""
-        return 1 if self.is_regression else len(self.label_names)
-
-    @property
-    def splits(self) -> tuple[str, ...]:
-        """The splits with labels: train and the evaluation splits."""
-        return ("train",) + self.eval_splits
-
-
-_BINARY = ("0", "1")
-_NLI2 = ("entailment", "not_entailment")
-
-TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (
-    TaskSpec("cola", "glue/cola", ("CoLA", "cola"), ("sentence",), _BINARY,
-             ("unacceptable", "acceptable"), ("mcc",), "mcc"),
-    TaskSpec("sst2", "glue/sst2", ("SST-2", "sst"), ("sentence",), _BINARY,
-             ("negative", "positive"), ("accuracy",), "accuracy"),
-    TaskSpec("mrpc", "glue/mrpc", ("MRPC", "mrpc"), ("sentence1", "sentence2"), _BINARY,
-             ("not_equivalent", "equivalent"), ("accuracy", "f1"), "accuracy",
-             double_unordered=True),
-    TaskSpec("stsb", "glue/stsb", ("STS-B", "sts"), ("sentence1", "sentence2"), (), (),
-             ("pearson", "spearman"), "spearman", is_regression=True,
-             score_range=(0.0, 5.0), num_train_epochs=10.0, double_unordered=True),
-    TaskSpec("qqp", "glue/qqp", ("QQP", "qqp"), ("question1", "question2"), _BINARY,
-             ("not_duplicate", "duplicate"), ("accuracy", "f1"), "accuracy"),
-    TaskSpec("mnli", "glue/mnli", ("MNLI", "mnli"), ("premise", "hypothesis"),
-             ("contradiction", "entailment", "neutral"),
-             ("contradiction", "entailment", "neutral"), ("accuracy",), "accuracy",
-             eval_splits=("validation_matched", "validation_mismatched")),
-    TaskSpec("qnli", "glue/qnli", ("QNLI", "qnli"), ("question", "sentence"), _NLI2, _NLI2,
-             ("accuracy",), "accuracy"),
-    TaskSpec("rte", "glue/rte", ("RTE", "rte"), ("sentence1", "sentence2"), _NLI2, _NLI2,
-             ("accuracy",), "accuracy", num_train_epochs=10.0),
-)}
-
-
-def get_task(name: str) -> TaskSpec:
-    """The task called `name`; a `GlueDataError` naming the choices otherwise."""
-    if name not in TASKS:
-        raise GlueDataError(f"unknown GLUE task {name!r}; choose one of {', '.join(TASKS)}")
-    return TASKS[name]
+# ---------------------------------------------------------------------------- labels
 
 
 def label_index(task: str, raw: str) -> int | float:
@@ -124,20 +39,20 @@ def label_index(task: str, raw: str) -> int | float:
 
     Raises `GlueDataError` (without a location; `read_tsv` adds it) for anything else.
     """
-    spec = get_task(task)
+    spec = specs.get_task(task)
     value = raw.strip()
     if spec.is_regression:
         try:
             score = float(value)
         except ValueError:
-            raise GlueDataError(f"score {_show(raw)} is not a number") from None
+            raise specs.GlueDataError(f"score {_show(raw)} is not a number") from None
         low, high = spec.score_range
         if not (math.isfinite(score) and low <= score <= high):
-            raise GlueDataError(f"score {_show(raw)} is outside {low:g}..{high:g}")
+            raise specs.GlueDataError(f"score {_show(raw)} is outside {low:g}..{high:g}")
         return score
     if value not in spec.label_names:
-        raise GlueDataError(f"label {_show(raw)} is not one of "
-                            f"{', '.join(spec.label_names)}")
+        raise specs.GlueDataError(f"label {_show(raw)} is not one of "
+                                  f"{', '.join(spec.label_names)}")
     return spec.label_names.index(value)
 
 
@@ -168,10 +83,10 @@ class Examples:
 class _Collector:
     """Accumulates examples; applies `on_bad` to rows that cannot be used."""
 
-    def __init__(self, spec: TaskSpec, source: str, on_bad: str):
+    def __init__(self, spec: specs.TaskSpec, source: str, on_bad: str):
         if on_bad not in ("error", "skip"):
-            raise GlueDataError(f"on_bad must be 'error' or 'skip'. Received: "
-                                f"on_bad={on_bad!r}")
+            raise specs.GlueDataError(f"on_bad must be 'error' or 'skip'. Received: "
+                                      f"on_bad={on_bad!r}")
         self.spec, self.source, self.on_bad = spec, source, on_bad
         self.texts: list[list[str]] = [[] for _ in spec.text_columns]
         self.labels: list = []
@@ -179,7 +94,7 @@ class _Collector:
 
     def bad(self, where: str, problem: str) -> None:
         if self.on_bad == "error":
-            raise GlueDataError(f"{where}: {problem}")
+            raise specs.GlueDataError(f"{where}: {problem}")
         self.skipped += 1
         self.first_skipped = self.first_skipped or f"{where}: {problem}"
 
@@ -195,7 +110,7 @@ class _Collector:
     def examples(self) -> Examples:
         if not self.labels:
             note = f" ({self.skipped} bad rows skipped)" if self.skipped else ""
-            raise GlueDataError(f"{self.source}: no {self.spec.name} examples{note}")
+            raise specs.GlueDataError(f"{self.source}: no {self.spec.name} examples{note}")
         dtype = np.float32 if self.spec.is_regression else np.int32
         return Examples(text_a=self.texts[0],
                         text_b=self.texts[1] if len(self.texts) > 1 else None,
@@ -248,7 +163,7 @@ _TESTS = {
 
 def test_splits(task: str) -> dict[str, str]:
     """{test split: the leaderboard's file name for its predictions} of `task`."""
-    return {split: names[1] for split, names in _TESTS[get_task(task).name][0].items()}
+    return {split: names[1] for split, names in _TESTS[specs.get_task(task).name][0].items()}
 
 
 _SPLIT_FILES = {"train": "train.tsv", "validation": "dev.tsv",
@@ -256,15 +171,15 @@ _SPLIT_FILES = {"train": "train.tsv", "validation": "dev.tsv",
                 "validation_mismatched": "dev_mismatched.tsv"}
 
 
-def _check_split(spec: TaskSpec, split: str) -> None:
+def _check_split(spec: specs.TaskSpec, split: str) -> None:
     if split not in spec.splits:
-        raise GlueDataError(f"{spec.name} has no split {split!r} with labels; "
-                            f"choose one of {', '.join(spec.splits)}")
+        raise specs.GlueDataError(f"{spec.name} has no split {split!r} with labels; "
+                                  f"choose one of {', '.join(spec.splits)}")
 
 
 def split_file(task: str, split: str) -> str:
     """The name of a split's file in GLUE's download (train.tsv, dev.tsv, ...)."""
-    spec = get_task(task)
+    spec = specs.get_task(task)
     _check_split(spec, split)
     return _SPLIT_FILES[split]
 
@@ -277,15 +192,15 @@ def _lines(path: str):
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
-                    raise GlueDataError(f"{path}:{n}: invalid UTF-8 ({e.reason} at byte "
-                                        f"{e.start} of the line)") from None
+                    raise specs.GlueDataError(f"{path}:{n}: invalid UTF-8 ({e.reason} at byte "
+                                              f"{e.start} of the line)") from None
                 if n == 1:
                     line = line.removeprefix("\ufeff")  # a byte-order mark
                 line = line.rstrip("\r\n")
                 if line.strip(" "):  # a line of tabs is a row (of empty columns)
                     yield n, line
     except OSError as e:
-        raise GlueDataError(f"{path}: cannot read it: {e.strerror or e}") from e
+        raise specs.GlueDataError(f"{path}: cannot read it: {e.strerror or e}") from e
 
 
 def _columns(line: str) -> list[str]:
@@ -300,7 +215,7 @@ def read_tsv(task: str, path: str, on_bad: str = "error") -> Examples:
     rows and counts them. A wrong header, invalid UTF-8 and a file without examples
     are errors either way.
     """
-    spec = get_task(task)
+    spec = specs.get_task(task)
     layout = _LAYOUTS[spec.name]
     collector = _Collector(spec, path, on_bad)
     # A row needs every text column, and its label must be a column of its own.
@@ -324,14 +239,14 @@ def read_tsv(task: str, path: str, on_bad: str = "error") -> Examples:
             continue
         try:
             label = label_index(spec.name, row[layout.label])
-        except GlueDataError as e:
+        except specs.GlueDataError as e:
             collector.bad(where, str(e))
             continue
         collector.add(where, [row[i] for i in layout.text], label)
     return collector.examples()
 
 
-def _check_header(spec: TaskSpec, path: str, n: int, line: str,
+def _check_header(spec: specs.TaskSpec, path: str, n: int, line: str,
                   expected: dict[int, str]) -> None:
     """The first line must be GLUE's header for the task: otherwise the file is another's."""
     try:
@@ -343,32 +258,32 @@ def _check_header(spec: TaskSpec, path: str, n: int, line: str,
     if wrong:
         want = ", ".join(f"{name!r} at column {i + 1 if i >= 0 else 'last'}"
                          for i, name in expected.items())
-        raise GlueDataError(f"{path}:{n}: not the header of GLUE's {spec.name} files "
-                            f"(expected {want}); found {_show(line, 80)}")
+        raise specs.GlueDataError(f"{path}:{n}: not the header of GLUE's {spec.name} files "
+                                  f"(expected {want}); found {_show(line, 80)}")
 
 
 def find_file(task: str, split: str, data_dir: str) -> str:
     """A split's TSV in `data_dir`: GLUE's download folder, or the task's folder in it."""
-    spec = get_task(task)
+    spec = specs.get_task(task)
     return _find(spec, split_file(task, split), data_dir)
 
 
-def _find(spec: TaskSpec, name: str, data_dir: str) -> str:
+def _find(spec: specs.TaskSpec, name: str, data_dir: str) -> str:
     candidates = [os.path.join(data_dir, name)] + [
         os.path.join(data_dir, folder, name) for folder in spec.data_folders]
     for path in candidates:
         if os.path.isfile(path):
             return path
     if not os.path.isdir(data_dir):
-        raise GlueDataError(f"GLUE data dir {data_dir} does not exist")
-    raise GlueDataError(f"no {name} for {spec.name} in {data_dir} (looked for "
-                        f"{', '.join(os.path.relpath(p, data_dir) for p in candidates)})")
+        raise specs.GlueDataError(f"GLUE data dir {data_dir} does not exist")
+    raise specs.GlueDataError(f"no {name} for {spec.name} in {data_dir} (looked for "
+                              f"{', '.join(os.path.relpath(p, data_dir) for p in candidates)})")
 
 
 # ---------------------------------------------------------------------------- TFDS
 
 
-def _tfds_builder(spec: TaskSpec, split: str, data_dir: str | None):
+def _tfds_builder(spec: specs.TaskSpec, split: str, data_dir: str | None):
     """(builder, "glue/<task>:<split>") of a split prepared in `data_dir`; never downloads."""
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
@@ -377,21 +292,21 @@ def _tfds_builder(spec: TaskSpec, split: str, data_dir: str | None):
         builder = tfds.builder(spec.tfds_name, data_dir=data_dir)
         prepared = builder.is_prepared()
     except Exception as e:  # TFDS raises many types for "not there"
-        raise GlueDataError(f"{spec.tfds_name}: cannot open it in {where_dir}: "
-                            f"{(str(e).splitlines() or [type(e).__name__])[0]}") from e
+        raise specs.GlueDataError(f"{spec.tfds_name}: cannot open it in {where_dir}: "
+                                  f"{(str(e).splitlines() or [type(e).__name__])[0]}") from e
     if not prepared:
-        raise GlueDataError(
+        raise specs.GlueDataError(
             f"{spec.tfds_name} is not prepared in {where_dir} (nothing is downloaded "
             f"here): prepare it with TFDS where there is network access, or give GLUE's "
             f"TSV files with --config.data.dir")
     source = f"{spec.tfds_name}:{split}"
     if split not in builder.info.splits:
-        raise GlueDataError(f"{source}: no such split in {where_dir}; it has "
-                            f"{', '.join(sorted(builder.info.splits))}")
+        raise specs.GlueDataError(f"{source}: no such split in {where_dir}; it has "
+                                  f"{', '.join(sorted(builder.info.splits))}")
     return builder, source
 
 
-def _read_tfds(spec: TaskSpec, split: str, data_dir: str | None, on_bad: str) -> Examples:
+def _read_tfds(spec: specs.TaskSpec, split: str, data_dir: str | None, on_bad: str) -> Examples:
     """A split of `glue/<task>` prepared in `data_dir`, read without downloading."""
     builder, source = _tfds_builder(spec, split, data_dir)
     to_index = _tfds_label_map(spec, builder)
@@ -405,7 +320,7 @@ def _read_tfds(spec: TaskSpec, split: str, data_dir: str | None, on_bad: str) ->
             try:
                 texts = [batch[column][i].decode("utf-8") for column in spec.text_columns]
             except UnicodeDecodeError:
-                raise GlueDataError(f"{where}: invalid UTF-8") from None
+                raise specs.GlueDataError(f"{where}: invalid UTF-8") from None
             if spec.is_regression:
                 score = float(label)
                 low, high = spec.score_range
@@ -420,14 +335,14 @@ def _read_tfds(spec: TaskSpec, split: str, data_dir: str | None, on_bad: str) ->
     return collector.examples()
 
 
-def _tfds_label_map(spec: TaskSpec, builder) -> list[int]:
+def _tfds_label_map(spec: specs.TaskSpec, builder) -> list[int]:
     """TFDS class id → our class index, matched by name (MNLI's orders differ)."""
     if spec.is_regression:
         return []
     names = list(builder.info.features["label"].names)
     if sorted(names) != sorted(spec.tfds_label_names):
-        raise GlueDataError(f"{spec.tfds_name}: its labels {names} are not "
-                            f"{list(spec.tfds_label_names)}")
+        raise specs.GlueDataError(f"{spec.tfds_name}: its labels {names} are not "
+                                  f"{list(spec.tfds_label_names)}")
     return [spec.tfds_label_names.index(name) for name in names]
 
 
@@ -437,42 +352,42 @@ def _tfds_label_map(spec: TaskSpec, builder) -> list[int]:
 def read_test_tsv(task: str, path: str) -> Examples:
     """One of GLUE's unlabelled test files: every row, its index and its texts (columns
     found by the header's names). A submission needs every row: a bad one is an error."""
-    spec = get_task(task)
+    spec = specs.get_task(task)
     wanted = _TESTS[spec.name][1]
     lines = _lines(path)
     first = next(lines, None)
     if first is None:
-        raise GlueDataError(f"{path}: no {spec.name} test examples")
+        raise specs.GlueDataError(f"{path}: no {spec.name} test examples")
     try:
         header = [c.strip() for c in _columns(first[1])]
     except csv.Error:
         header = []
     missing = [name for name in wanted if name not in header]
     if missing:
-        raise GlueDataError(f"{path}:{first[0]}: not the header of GLUE's {spec.name} test "
-                            f"file (no {', '.join(map(repr, missing))} column); found "
-                            f"{_show(first[1], 80)}")
+        raise specs.GlueDataError(f"{path}:{first[0]}: not the header of GLUE's {spec.name} test "
+                                  f"file (no {', '.join(map(repr, missing))} column); found "
+                                  f"{_show(first[1], 80)}")
     where = [header.index(name) for name in wanted]
     columns: list[list[str]] = [[] for _ in wanted]
     for n, line in lines:
         try:
             row = _columns(line)
         except csv.Error as e:
-            raise GlueDataError(f"{path}:{n}: unreadable row ({e})") from None
+            raise specs.GlueDataError(f"{path}:{n}: unreadable row ({e})") from None
         if len(row) <= max(where):
-            raise GlueDataError(f"{path}:{n}: {len(row)} column(s), {spec.name} test rows "
-                                f"have {len(header)}")
+            raise specs.GlueDataError(f"{path}:{n}: {len(row)} column(s), {spec.name} test rows "
+                                      f"have {len(header)}")
         for column, i in zip(columns, where):
             column.append(row[i])
     if not columns[0]:
-        raise GlueDataError(f"{path}: no {spec.name} test examples")
+        raise specs.GlueDataError(f"{path}: no {spec.name} test examples")
     return Examples(text_a=columns[1], text_b=columns[2] if len(columns) > 2 else None,
                     labels=np.zeros(len(columns[0]), np.float32 if spec.is_regression
                                     else np.int32),
                     source=path, ids=[i.strip() for i in columns[0]])
 
 
-def _read_tfds_test(spec: TaskSpec, split: str, data_dir: str | None) -> Examples:
+def _read_tfds_test(spec: specs.TaskSpec, split: str, data_dir: str | None) -> Examples:
     builder, source = _tfds_builder(spec, split, data_dir)
     ids: list[str] = []
     columns: list[list[str]] = [[] for _ in spec.text_columns]
@@ -483,10 +398,10 @@ def _read_tfds_test(spec: TaskSpec, split: str, data_dir: str | None) -> Example
             try:
                 column.extend(text.decode("utf-8") for text in batch[name])
             except UnicodeDecodeError:
-                raise GlueDataError(f"{source}: invalid UTF-8 near example "
-                                    f"{len(ids)}") from None
+                raise specs.GlueDataError(f"{source}: invalid UTF-8 near example "
+                                          f"{len(ids)}") from None
     if not ids:
-        raise GlueDataError(f"{source}: no {spec.name} test examples")
+        raise specs.GlueDataError(f"{source}: no {spec.name} test examples")
     return Examples(text_a=columns[0], text_b=columns[1] if len(columns) > 1 else None,
                     labels=np.zeros(len(ids), np.float32 if spec.is_regression else np.int32),
                     source=source, ids=ids)
@@ -496,11 +411,11 @@ def load_test(task: str, split: str, data_dir: str | None = None,
               tfds_data_dir: str | None = None) -> Examples:
     """The unlabelled examples of a test split (`test_splits(task)`), with their ids, from
     GLUE's TSVs in `data_dir` or TFDS `glue/<task>` prepared in `tfds_data_dir`."""
-    spec = get_task(task)
+    spec = specs.get_task(task)
     files = _TESTS[spec.name][0]
     if split not in files:
-        raise GlueDataError(f"{spec.name} has no test split {split!r}; choose one of "
-                            f"{', '.join(files)}")
+        raise specs.GlueDataError(f"{spec.name} has no test split {split!r}; choose one of "
+                                  f"{', '.join(files)}")
     if not data_dir:
         return _read_tfds_test(spec, split, tfds_data_dir)
     return read_test_tsv(spec.name, _find(spec, files[split][0], data_dir))
@@ -510,7 +425,7 @@ def submission_rows(task: str, ids: list[str], predictions: np.ndarray) -> list[
     """GLUE's submission format: the header, then `index<TAB>prediction` per example; the
     prediction is the label as GLUE's files write it (0/1, entailment, ...) or the score
     (clipped to the task's range)."""
-    spec = get_task(task)
+    spec = specs.get_task(task)
     rows = ["index\tprediction"]
     for index, prediction in zip(ids, predictions):
         if spec.is_regression:
@@ -532,7 +447,7 @@ def load(task: str, split: str, data_dir: str | None = None,
     From GLUE's TSVs in `data_dir` when it is given, otherwise from TFDS `glue/<task>`
     prepared in `tfds_data_dir` (TFDS's default dir when None). Never downloads.
     """
-    spec = get_task(task)
+    spec = specs.get_task(task)
     _check_split(spec, split)
     if data_dir:
         return read_tsv(spec.name, find_file(spec.name, split, data_dir), on_bad)

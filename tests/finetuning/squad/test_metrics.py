@@ -2,7 +2,7 @@
 
 import pytest
 
-from electra_tf.finetuning import squad_metrics as m
+from electra_tf.finetuning.squad import metrics as m
 
 
 def test_normalisation_is_the_scripts():

@@ -1,0 +1,37 @@
+"""keras-hub presets: the discriminator as an `ElectraBackbone` (written only).
+
+keras-hub's ELECTRA is the discriminator's encoder alone (no heads, no generator), so
+only `write` exists. `ElectraBackbone.from_preset(OUTPUT)` loads what it writes.
+"""
+
+import keras_hub
+import numpy as np
+
+from electra_tf.convert import files
+from electra_tf.convert import table
+
+
+def to_backbone(weights: table.Weights) -> keras_hub.models.ElectraBackbone:
+    """The discriminator as a keras-hub `ElectraBackbone`. Its outputs differ from ours
+    slightly: keras-hub's blocks use the tanh approximation of gelu. ELECTRA has no
+    pooler: `pooled_dense` is zero, so `pooled_output` is 0 (not random)."""
+    size = weights.spec.discriminator
+    backbone = keras_hub.models.ElectraBackbone(
+        vocab_size=weights.spec.vocab_size, num_layers=size.num_layers,
+        num_heads=size.num_heads, hidden_dim=size.hidden_size,
+        embedding_dim=size.embedding_size, intermediate_dim=size.intermediate_size,
+        dropout=0.1, max_sequence_length=weights.spec.shape.max_positions, dtype="float32")
+    table.load_into(table.backbone_slots(backbone), weights)
+    for variable in backbone.pooled_dense.weights:
+        variable.assign(np.zeros(variable.shape, "float32"))
+    return backbone
+
+
+def write(weights: table.Weights, output: str, vocab_file: str | None = None) -> str:
+    """A keras-hub preset directory: `ElectraBackbone.from_preset(output)` loads it. The
+    preset holds the backbone alone (keras-hub keeps tokenizers apart): no vocab."""
+    del vocab_file
+    backbone = to_backbone(weights)
+    with files.new_directory(output) as tmp:
+        backbone.save_to_preset(tmp)
+    return output

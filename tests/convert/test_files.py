@@ -1,0 +1,36 @@
+"""What every writer shares (`convert.files`): a new output directory, whole or not at
+all, and a vocabulary of the table's size."""
+
+import os
+
+import pytest
+
+from electra_tf.convert import files
+from electra_tf.convert import hf
+from electra_tf.convert import table
+from tests import helpers
+
+
+def test_outputs_are_checked(original, weights, tmp_path):
+    with pytest.raises(table.ConversionError, match="exists and is not empty"):
+        hf.write(weights, original["dir"])
+    other = helpers.write_vocab(str(tmp_path), words=["only", "three", "words"])
+    with pytest.raises(table.ConversionError, match=r"vocab.txt: 12 tokens, but the "
+                       r"checkpoint's embeddings have 32 rows"):
+        hf.write(weights, str(tmp_path / "hf"), other.path)
+    assert not os.path.exists(tmp_path / "hf") and not os.path.exists(tmp_path / "hf.tmp")
+
+
+def test_a_leftover_temporary_output_does_not_stop_a_conversion(tmp_path):
+    """A failed run's OUTPUT.tmp (a file or a directory) is replaced, not an error."""
+    for leftover in ("file", "directory"):
+        output = tmp_path / leftover
+        tmp = tmp_path / f"{leftover}.tmp"
+        if leftover == "file":
+            tmp.write_text("half")
+        else:
+            tmp.mkdir()
+            (tmp / "part").write_text("half")
+        with files.new_directory(str(output)) as directory:
+            (tmp_path / directory / "config.json").write_text("{}")
+        assert os.listdir(output) == ["config.json"] and not tmp.exists()

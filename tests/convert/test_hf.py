@@ -1,0 +1,81 @@
+"""Hugging Face directories (`convert.hf`): an exact round trip under HF's names and
+layouts, errors that name the file and the tensor."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from safetensors import numpy as safetensors_np
+
+from electra_tf.convert import hf
+from electra_tf.convert import table
+from tests.convert import originals
+
+
+def test_hf_round_trip_is_exact_with_hf_names(original, weights, tmp_path):
+    out = str(tmp_path / "hf")
+    hf.write(weights, out, original["vocab"].path)
+    t = original["tensors"]
+
+    disc = safetensors_np.load_file(os.path.join(out, "discriminator", "model.safetensors"))
+    assert len(disc) == 5 + 16 * originals.TINY.num_layers + 4
+    np.testing.assert_array_equal(disc["electra.encoder.layer.1.attention.self.query.weight"],
+                                  t["electra/encoder/layer_1/attention/self/query/kernel"].T)
+    np.testing.assert_array_equal(disc["electra.encoder.layer.0.output.LayerNorm.bias"],
+                                  t["electra/encoder/layer_0/output/LayerNorm/beta"])
+    assert disc["discriminator_predictions.dense_prediction.weight"].shape == (1, 64)
+    gen = safetensors_np.load_file(os.path.join(out, "generator", "model.safetensors"))
+    assert len(gen) == 5 + 2 + 16 * originals.GENERATOR.num_layers + 5
+    np.testing.assert_array_equal(gen["electra.embeddings_project.weight"],
+                                  t["generator/embeddings_project/kernel"].T)  # [32, 64]
+    np.testing.assert_array_equal(gen["electra.embeddings.word_embeddings.weight"],
+                                  t["electra/embeddings/word_embeddings"])    # its copy
+    np.testing.assert_array_equal(gen["generator_lm_head.bias"],
+                                  t["generator_predictions/output_bias"])
+    assert gen["generator_predictions.dense.weight"].shape == (64, 32)        # [E, H_gen]
+    assert "generator_lm_head.weight" not in gen  # tied to the word embeddings, as HF saves
+
+    config = json.load(open(os.path.join(out, "generator", "config.json")))
+    assert config["architectures"] == ["ElectraForMaskedLM"]
+    assert (config["hidden_size"], config["num_attention_heads"], config["embedding_size"],
+            config["intermediate_size"], config["vocab_size"]) == (32, 1, 64, 128, 32)
+    config = json.load(open(os.path.join(out, "discriminator", "config.json")))
+    assert config["architectures"] == ["ElectraForPreTraining"]
+    assert (config["model_type"], config["hidden_act"], config["layer_norm_eps"]) == (
+        "electra", "gelu", 1e-12)
+    assert os.path.exists(os.path.join(out, "discriminator", "vocab.txt"))
+    tokenizer = json.load(open(os.path.join(out, "generator", "tokenizer_config.json")))
+    assert (tokenizer["do_lower_case"], tokenizer["model_max_length"]) == (True, 512)
+
+    again = hf.read(out)
+    assert again.spec == weights.spec and again.ignored == ()
+    originals.assert_same_tensors(again.tensors, weights.tensors)
+
+    alone = hf.read(os.path.join(out, "discriminator"))  # one ElectraForPreTraining
+    assert alone.spec.generator is None
+    originals.assert_same_tensors(alone.tensors, {
+        k: v for k, v in weights.tensors.items()
+        if k.startswith(("electra/", "discriminator_"))})
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("electra.encoder.layer.0.intermediate.dense.weight", None,
+     r"discriminator/model.safetensors: no tensor electra.encoder.layer.0.intermediate.dense"
+     r".weight \(TF1 electra/encoder/layer_0/intermediate/dense/kernel\)"),
+    ("discriminator_predictions.dense.weight", np.zeros((64, 32), "float32"),
+     r"discriminator/model.safetensors: discriminator_predictions.dense.weight has shape "
+     r"\[64, 32\], expected \[64, 64\]"),
+])
+def test_hf_missing_or_misshapen_tensor_is_named(weights, tmp_path, key, value, message):
+    out = str(tmp_path / "hf")
+    hf.write(weights, out)
+    path = os.path.join(out, "discriminator", "model.safetensors")
+    arrays = safetensors_np.load_file(path)
+    if value is None:
+        del arrays[key]
+    else:
+        arrays[key] = value
+    safetensors_np.save_file(arrays, path, metadata={"format": "pt"})
+    with pytest.raises(table.ConversionError, match=message):
+        hf.read(out)

@@ -1,0 +1,43 @@
+"""The original's TF1 checkpoints (`convert.tf1`): an exact round trip, errors that name
+the tensor."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf.convert import table
+from electra_tf.convert import tf1
+from tests.convert import originals
+
+
+def test_tf1_round_trip_is_exact(original, weights, tmp_path):
+    prefix = tf1.write(weights, str(tmp_path / "out"), original["vocab"].path)
+    assert sorted(n for n, _ in tf.train.list_variables(prefix)) == sorted(original["tensors"])
+    again = tf1.read(str(tmp_path / "out"))  # the directory: its latest checkpoint
+    assert again.spec == weights.spec and again.ignored == ()
+    originals.assert_same_tensors(again.tensors, weights.tensors)
+
+
+def _rewrite_tf1(original, directory, change):
+    tensors = dict(original["tensors"])
+    change(tensors)
+    variables = {name: tf.Variable(value) for name, value in tensors.items()}
+    tf.compat.v1.train.Saver(var_list=variables).save(None, os.path.join(directory,
+                                                                         "model.ckpt"))
+    return directory
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t.pop("electra/encoder/layer_1/output/dense/bias"),
+     r"model.ckpt: no tensor electra/encoder/layer_1/output/dense/bias$"),
+    (lambda t: t.update({"generator/encoder/layer_0/attention/self/key/kernel":
+                         np.zeros((32, 16), "float32")}),
+     r"model.ckpt: generator/encoder/layer_0/attention/self/key/kernel has shape \[32, 16\], "
+     r"expected \[32, 32\]"),
+])
+def test_tf1_missing_or_misshapen_tensor_is_named(original, tmp_path, change, message):
+    directory = _rewrite_tf1(original, str(tmp_path), change)
+    with pytest.raises(table.ConversionError, match=message):
+        tf1.read(directory)

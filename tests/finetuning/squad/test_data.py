@@ -1,0 +1,94 @@
+"""SQuAD's questions (`finetuning.squad.data`): reading JSON, one-line errors naming the
+question, answers found near their offsets."""
+
+import json
+import os
+
+import pytest
+
+from electra_tf.finetuning.squad import data as squad_data
+
+CONTEXT = ("the cat sat on the mat . the dog ran in the big red house . a small bird sat "
+           "on a tree . the happy dog was not sad .")
+
+
+def _squad_file(path, questions, version="1.1"):
+    """questions: [(qid, question, context, [(text, start)], is_impossible)]."""
+    paragraphs = [{"context": context, "qas": [
+        {"id": qid, "question": question, "is_impossible": impossible,
+         "answers": [{"text": t, "answer_start": s} for t, s in answers]}]}
+        for qid, question, context, answers, impossible in questions]
+    path.write_text(json.dumps({"version": version, "data": [
+        {"title": "t", "paragraphs": paragraphs}]}), encoding="utf-8")
+    return str(path)
+
+
+def test_read_json_v1_and_v2(tmp_path):
+    start = CONTEXT.index("big red house")
+    path = _squad_file(tmp_path / "train.json", [
+        ("a1", "where did the dog run ?", CONTEXT, [("big red house", start)], False),
+        ("a2", "what did the cow eat ?", CONTEXT, [], True)], version="v2.0")
+    questions = squad_data.read_json(path)
+    assert [q.qid for q in questions.items] == ["a1", "a2"] and questions.skipped == 0
+    assert questions.items[0].answer_chars() == (start, start + len("big red house"))
+    assert questions.items[1].is_impossible and not questions.items[0].is_impossible
+
+
+def test_bad_files_are_one_line_errors_naming_the_question(tmp_path):
+    wrong = _squad_file(tmp_path / "wrong.json", [
+        ("good", "where ?", CONTEXT, [("cat", 4)], False),
+        ("q17", "where ?", CONTEXT, [("big red house", 3)], False)])
+    with pytest.raises(squad_data.SquadDataError) as info:
+        squad_data.read_json(wrong)
+    message = str(info.value)
+    assert message.startswith(f"{wrong}: question q17: answer 'big red house' is not in "
+                              "the context near answer_start=3") and "\n" not in message
+    skipped = squad_data.read_json(wrong, on_bad="skip")
+    assert ([q.qid for q in skipped.items], skipped.skipped) == (["good"], 1)
+    assert skipped.first_skipped.startswith(f"{wrong}: question q17")
+    # A dev split keeps it: only answer texts are scored, every question counts.
+    dev = squad_data.read_json(wrong, train=False)
+    assert [q.qid for q in dev.items] == ["good", "q17"] and dev.skipped == 0
+    assert dev.items[1].answer_chars() is None
+    for bad, message in (('{"data": [1]}', r'"data" is not a list of objects'),
+                         ('{"data": [{"paragraphs": [[]]}]}',
+                          r'data\[0\]: "paragraphs" is not a list of objects'),
+                         ('{"data": [{"paragraphs": [{"context": "c", "qas": ["q"]}]}]}',
+                          r'data\[0\].paragraphs\[0\]: "qas" is not a list of objects')):
+        malformed = tmp_path / "malformed.json"
+        malformed.write_text(bad)
+        for train in (True, False):  # structure is an error in every split
+            with pytest.raises(squad_data.SquadDataError, match=f"^{malformed}: {message}$"):
+                squad_data.read_json(str(malformed), on_bad="skip", train=train)
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"data": [\n  {"title": }\n]}')
+    with pytest.raises(squad_data.SquadDataError, match=r"broken.json:2:\d+: not JSON"):
+        squad_data.read_json(str(broken))
+    other = tmp_path / "other.json"
+    other.write_text('[1, 2]')
+    with pytest.raises(squad_data.SquadDataError, match="not a SQuAD file"):
+        squad_data.read_json(str(other))
+    with pytest.raises(squad_data.SquadDataError, match="no train-v2.0.json in"):
+        squad_data.load("squad2", "train", data_dir=str(tmp_path))
+
+
+def test_training_answers_off_by_a_few_characters_are_found(tmp_path):
+    """As the original's tolerant match: answer_start off by 1-2 characters, or text that
+    differs in case and spacing, still trains on the context's own span."""
+    start = CONTEXT.index("big red house")
+    path = _squad_file(tmp_path / "train.json", [
+        ("late", "where ?", CONTEXT, [("big red house", start + 1)], False),
+        ("early", "where ?", CONTEXT, [("big red house", start - 2)], False),
+        ("spaced", "where ?", CONTEXT, [("Big  red\thouse", start)], False),
+        ("other", "where ?", CONTEXT, [("big red house", start + 2), ("cat", 0)], False)])
+    questions = squad_data.read_json(path)
+    assert questions.skipped == 0
+    for q in questions.items:
+        assert q.answer_chars() == (start, start + len("big red house")), q.qid
+    # The later answers are not checked (scoring uses their texts only).
+    assert squad_data.load("squad1", "train", data_dir=str(_rename(path, "train-v1.1.json")))
+
+
+def _rename(path, name):
+    os.replace(path, os.path.join(os.path.dirname(path), name))
+    return os.path.dirname(path)
