@@ -1,5 +1,6 @@
-"""What every command-line tool shares: quiet TF start-up, one-line errors (exit code 2
-for bad input, 1 for a run stopped by a fault).
+"""What every binary shares: `prepare_process()`, called first thing (before TensorFlow
+is imported), and one-line errors (exit code 2 for bad input, 1 for a run stopped by a
+fault). Importing this module changes nothing about the process.
 
 >>> def main(argv):
 ...     raise errors.UserError("corpus.txt: line 3 is not UTF-8")
@@ -10,61 +11,41 @@ for bad input, 1 for a run stopped by a fault).
 2
 """
 
+import importlib.util
+import logging
 import os
 import sys
 
-# TF's C++ start-up chatter (no CUDA here, oneDNN notes) hides the tool's own output.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# Where TF turns oneDNN on (by itself on CPUs with AVX512_VNNI, AVX512_BF16 or AMX), its
-# allocator pools every large buffer for the life of the process: the step's working set
-# stays resident between steps, 1 GiB more for Small at batch 32. With this, those buffers
-# come from malloc and go back after each step, at the same speed (BENCHMARKS.md,
-# "Memory"). Read when TF starts; a value the user set is kept.
-os.environ.setdefault("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
-# Before XLA compiles a function, TF's bridge runs TF's constant folding on its graph,
-# which evaluates every constant subgraph on the host and holds the results at once: it
-# took the compiling benchmark of Small (selective recomputation) to 4025 MiB, 3242 with
-# the dropout masks' index out of its reach (model/dropout.py), and to 3006 MiB, the
-# steps' own peak, without it (BENCHMARKS.md, "Memory"). XLA folds constants itself; a
-# value the user set is kept.
-if "tf_xla_disable_constant_folding" not in os.environ.get("TF_XLA_FLAGS", ""):
-    os.environ["TF_XLA_FLAGS"] = " ".join(filter(None, (
-        os.environ.get("TF_XLA_FLAGS", ""), "--tf_xla_disable_constant_folding=true")))
+from absl import logging as absl_logging
 
-from electra_tf.training import memory  # pylint: disable=g-import-not-at-top,wrong-import-position
+from electra_tf import compat
+from electra_tf import errors
+from electra_tf.training import memory
 
 
-def _is_our_tool(main_module) -> bool:
-    """Whether `__main__` is one of this project's tools (`python tools/X.py` from a
-    checkout, `python -m electra_tf.train`), not a test runner, a debugger or a user's
-    program that imports electra_tf."""
-    if sys.gettrace() is not None:  # pdb, debugpy: a restart would lose the session
-        return False
-    spec = getattr(main_module, "__spec__", None)
-    if spec is not None and (spec.name or "").startswith("electra_tf."):
-        return True
-    path = getattr(main_module, "__file__", None)
-    if not path:
-        return False
-    folder = os.path.dirname(os.path.realpath(path))
-    return (os.path.basename(folder) == "tools"
-            and os.path.isdir(os.path.join(os.path.dirname(folder), "electra_tf")))
+def prepare_process() -> None:
+    """Sets up a binary's process; call it first thing, before TensorFlow is imported
+    (TF reads its settings from the environment when it loads). Values the user set stay.
 
-
-# A tool restarts itself once, before TF is imported, with malloc asking for huge pages
-# (training/memory.py: the step's buffers come without ~0.5M page faults a step).
-if _is_our_tool(sys.modules.get("__main__")):
-    memory.restart_with_huge_pages()
-
-# Two malloc arenas instead of up to 8 per core: less freed memory kept apart, at the same
-# speed (BENCHMARKS.md, "Memory"); before TF starts its threads.
-memory.limit_arenas(2)
-
-import importlib.util  # pylint: disable=g-import-not-at-top,wrong-import-position
-import logging  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
-from electra_tf import errors  # pylint: disable=g-import-not-at-top,wrong-import-position
+    - Keras on TensorFlow, and TF's settings (`compat.tf_environment`: quiet C++ start-up,
+      oneDNN's buffers from malloc, no constant folding before XLA).
+    - The process restarts once with malloc's huge pages (`memory.restart_with_huge_pages`;
+      not under a debugger, whose session a restart would lose).
+    - Two malloc arenas instead of up to 8 per core (`memory.limit_arenas`): less freed
+      memory kept apart, at the same speed (BENCHMARKS.md, "Memory").
+    - The libraries' INFO lines kept out of the log our progress lines use.
+    """
+    if "tensorflow" in sys.modules:
+        raise RuntimeError("cli.prepare_process() must run before TensorFlow is imported "
+                           "(TF reads its settings from the environment when it loads)")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    os.environ.update(compat.tf_environment(os.environ))
+    if sys.gettrace() is None:
+        memory.restart_with_huge_pages()
+    memory.limit_arenas(2)
+    for logger in (absl_logging.get_absl_logger(), logging.getLogger("tensorflow")):
+        if not any(isinstance(f, _LibraryInfoFilter) for f in logger.filters):
+            logger.addFilter(_LibraryInfoFilter())
 
 
 def _installed_at(names) -> tuple[str, ...]:
@@ -77,23 +58,21 @@ def _installed_at(names) -> tuple[str, ...]:
     return tuple(directories)
 
 
-# Libraries whose INFO lines are their internals, not our progress (TF's checkpoint saver
-# logs "Sharding callback duration: N microseconds" after every save through absl, the
-# logger our own progress lines use). Their warnings and errors still show. Matched by
-# where they are installed, so that our own files never are, wherever they live.
-_QUIET_INFO = _installed_at(
-    ("tensorflow", "keras", "tf_keras", "tensorflow_datasets", "tensorflow_text"))
-
-
 class _LibraryInfoFilter(logging.Filter):
+    """Drops the INFO lines of libraries whose INFO lines are their internals, not our
+    progress (TF's checkpoint saver logs "Sharding callback duration: N microseconds"
+    after every save through absl; TF's own logger "Assets written to: ..." on every
+    SavedModel save). Their warnings and errors still show. Matched by where they are
+    installed, so that our own files never are, wherever they live."""
+
+    def __init__(self):
+        super().__init__()
+        self.quiet = _installed_at(
+            ("tensorflow", "keras", "tf_keras", "tensorflow_datasets", "tensorflow_text"))
+
     def filter(self, record):
         return record.levelno >= logging.WARNING or not os.path.realpath(
-            record.pathname).startswith(_QUIET_INFO)
-
-
-absl_logging.get_absl_logger().addFilter(_LibraryInfoFilter())
-# TF's own Python logger too ("Assets written to: ..." on every SavedModel save).
-logging.getLogger("tensorflow").addFilter(_LibraryInfoFilter())
+            record.pathname).startswith(self.quiet)
 
 
 def run_main(main, argv):
@@ -120,9 +99,8 @@ def parse_flags(argv):
     except (SyntaxError, NameError, ImportError) as e:  # a config file's own code
         _exit_with(f"{_config_arg(argv)}: {type(e).__name__}: {' '.join(str(e).split())}")
     for name in flags.FLAGS:
-        value = flags.FLAGS[name].value
-        if type(value).__name__ == "_ErrorConfig":  # read when used: read it now
-            error = object.__getattribute__(value, "_error")
+        error = compat.config_file_error(flags.FLAGS[name].value)  # raised when read
+        if error is not None:
             _exit_with(_unreadable_config_file(error, argv)
                        or f"{_config_arg(argv)}: {' '.join(str(error).split())}")
     return parsed

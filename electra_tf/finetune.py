@@ -11,14 +11,12 @@ Re-running the same command resumes.
 
 import os
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before Keras is imported
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
 
-from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
-from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
-from absl import logging  # pylint: disable=g-import-not-at-top,wrong-import-position
-from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
-
-from electra_tf import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from electra_tf import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file and task, e.g. configs/finetune.py:mrpc or :squad2.", lock_config=True)
@@ -38,4 +36,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    cli.prepare_process()  # before TensorFlow is imported (in `main`)
     cli.app_run(main)

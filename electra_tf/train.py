@@ -4,16 +4,12 @@ Override any config field with `--config.SECTION.KEY=VALUE` (see configs/electra
 Re-running the same command resumes from the latest checkpoint in DIR.
 """
 
-import os
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before Keras is imported
-
-from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
-from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
-from absl import logging  # pylint: disable=g-import-not-at-top,wrong-import-position
-from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
-
-from electra_tf import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from electra_tf import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file and size, e.g. configs/electra.py:small.",
@@ -33,4 +29,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    cli.prepare_process()  # before TensorFlow is imported (in `main`)
     cli.app_run(main)

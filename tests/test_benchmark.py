@@ -13,6 +13,7 @@ from electra_tf import profiling
 from electra_tf.benchmark import host
 from electra_tf.benchmark import synthetic
 from electra_tf.model import flops
+from electra_tf.model import objectives
 from electra_tf.model import sizes
 from electra_tf.training import memory
 from configs import electra as electra_configs  # pylint: disable=g-bad-import-order
@@ -63,7 +64,7 @@ def test_small_costs_about_9_gflop_per_training_sequence():
     assert abs(per_seq - 9e9) / 9e9 < 0.15
     # The config's resolved shape gives the same count (P = int((0.15 + 0.005) * 128) = 19).
     shape = model_config.shape(electra_configs.get_config("small"))
-    assert flops.for_shape(shape, 128, 19, 30522) == per_seq
+    assert objectives.training_flops(shape, 128, 19, 30522) == per_seq
 
 
 def test_flops_count_the_vocabulary_at_masked_positions_only():
@@ -101,8 +102,8 @@ def test_train_benchmark_prints_one_json_line_last_and_profiles(tmp_path):
     shape = sizes.ModelShape.from_dict(results["shape"])
     assert (shape.discriminator.hidden_size, shape.generator.hidden_size) == (96, 48)
     assert results["objective"] == "electra"
-    assert results["model_flops_per_seq"] == flops.for_shape(shape, 32, 4,
-                                                             results["vocab_size"])
+    assert results["model_flops_per_seq"] == objectives.training_flops(
+        shape, 32, 4, results["vocab_size"])
     # The MFU is against the best of the libraries' measured peaks.
     peaks = results["matmul_peak_flops_by_library"]
     assert set(peaks) == {"tensorflow", "xla", "numpy_blas"}
@@ -226,9 +227,9 @@ def test_train_benchmark_under_mirrored_over_two_logical_cpus():
     # The FLOPs are the objective's own: mlm has no generator.
     shape = sizes.ModelShape.from_dict(results["shape"])
     assert results["objective"] == "mlm"
-    assert results["model_flops_per_seq"] == flops.for_shape(
+    assert results["model_flops_per_seq"] == objectives.training_flops(
         shape, 32, results["num_predictions"], results["vocab_size"], "mlm")
-    assert results["model_flops_per_seq"] < flops.for_shape(
+    assert results["model_flops_per_seq"] < objectives.training_flops(
         shape, 32, results["num_predictions"], results["vocab_size"], "electra")
     assert results["mfu"] == pytest.approx(results["achieved_flops"] / 5e11, abs=1e-4)
     assert (results["strategy"], results["replicas"]) == ("MirroredStrategy", 2)

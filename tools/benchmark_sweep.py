@@ -19,6 +19,7 @@ share the same cores and thread pools), and reports seq/s per replica and the sp
 """
 
 from electra_tf import cli  # first: quiets TF's start-up logging
+cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import datetime
 import json

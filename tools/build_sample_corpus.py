@@ -12,6 +12,7 @@ evaluation set the model never trains on.
 """
 
 from electra_tf import cli  # first: quiets TF's start-up logging
+cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 from absl import flags
 

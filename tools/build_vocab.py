@@ -11,6 +11,7 @@ is complete.
 """
 
 from electra_tf import cli  # first: quiets TF's start-up logging
+cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import time
 

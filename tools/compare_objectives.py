@@ -25,6 +25,7 @@ another task re-uses the pre-training runs).
 """
 
 from electra_tf import cli  # first: quiets TF's start-up logging
+cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import csv
 import importlib.util
@@ -99,13 +100,13 @@ def budgets(config, vocab, names, budget_objective):
     """{objective: (steps, training FLOPs per step)} at the FLOPs of config.train.steps
     steps of `budget_objective`."""
     from electra_tf import model_config  # pylint: disable=g-import-not-at-top
-    from electra_tf.model import flops  # pylint: disable=g-import-not-at-top
+    from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
     from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
     shape = model_config.shape(config)
     predictions = loop.masking_config(config, vocab).max_predictions
 
     def per_step(name):
-        return config.train.batch_size * flops.for_shape(
+        return config.train.batch_size * objectives.training_flops(
             shape, config.data.max_seq_length, predictions, vocab.size, name)
     budget = config.train.steps * per_step(budget_objective)
     return {name: (int(budget // per_step(name)), per_step(name)) for name in names}

@@ -25,6 +25,7 @@ approximation, so its outputs differ from ours in the 4th decimal.
 """
 
 from electra_tf import cli  # first: quiets TF's start-up logging
+cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import importlib.util
 import os

@@ -10,6 +10,7 @@ the vocab's hash, the tokenizer settings and the shard list. Deterministic for a
 """
 
 from electra_tf import cli  # first: quiets TF's start-up logging
+cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 from absl import flags
 

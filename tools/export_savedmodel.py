@@ -12,6 +12,7 @@ inputs and outputs are listed in electra_tf/serving/export.py and the README.
 """
 
 from electra_tf import cli  # first: quiets TF's start-up logging
+cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 from absl import flags
 from absl import logging

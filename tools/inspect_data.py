@@ -7,6 +7,7 @@ it prints is exactly what pre-training consumes.
 """
 
 from electra_tf import cli  # first: quiets TF's start-up logging
+cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import os
 

@@ -8,6 +8,7 @@ evaluation on held-out data (markers, from `logs/eval`). Several workdirs share 
 """
 
 from electra_tf import cli  # first: quiets TF's start-up logging
+cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import glob
 import os

@@ -13,6 +13,7 @@ in TensorBoard (Text, tag "predictions").
 """
 
 from electra_tf import cli  # first: quiets TF's start-up logging
+cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import os
 import sys

@@ -112,7 +112,7 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
     the sample corpus (default SAMPLE_VOCAB_SIZE)."""
     memory = host.MemoryStages()
     from electra_tf import model_config  # pylint: disable=g-import-not-at-top
-    from electra_tf.model import flops as flops_lib  # pylint: disable=g-import-not-at-top
+    from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
     from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
     from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
 
@@ -199,7 +199,8 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
     loss = trainer.train_metrics.result().get("loss")
     shape = model_config.shape(config)
     objective = model_config.objective_name(config)  # each objective's own passes
-    model_flops = flops_lib.for_shape(shape, seq_len, num_predictions, vocab_size, objective)
+    model_flops = objectives.training_flops(shape, seq_len, num_predictions, vocab_size,
+                                           objective)
     seq_per_sec = headline["seq_per_sec"]
     achieved = seq_per_sec * model_flops
     replicas = strategy.num_replicas_in_sync

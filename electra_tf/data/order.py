@@ -13,8 +13,8 @@ A sliding shuffle buffer (`Dataset.shuffle`) would make the record at position n
 on every draw before it: resuming would mean reading every record already trained on.
 Here position n of epoch e is found by arithmetic on the chunk sizes: `records(...,
 start=n)` starts reading at the chunk that holds the first record of n's block (one
-seek, through `TFRecordDatasetV2`'s byte offsets), permutes that block and drops the
-records before n.
+seek, through the TFRecord kernel's byte offsets: `compat.tfrecords_from`), permutes
+that block and drops the records before n.
 
 Mixing: each block holds `block_size / CHUNK` chunks drawn from anywhere in the
 pipeline's data, itself permuted, so neighbours in a batch come from distant parts of
@@ -30,6 +30,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import compat
 from electra_tf import errors
 from electra_tf import progress as progress_lib
 
@@ -227,12 +228,6 @@ class _Epochs:
 
 def _read_chunk(file, offset, count):
     """The `count` records of `file` from byte `offset` on (one seek; no record before
-    it is read). Made only inside `interleave`/`flat_map`, at run time: TF 2.21's
-    TFRecordDatasetV2 leaves `byte_offsets` out when the dataset itself is written as a
-    graph (iterating it at top level fails: "3 inputs specified of 4")."""
-    dataset = tf.data.experimental.from_variant(
-        tf.raw_ops.TFRecordDatasetV2(filenames=tf.reshape(file, [1]), compression_type="",
-                                     buffer_size=256 << 10,
-                                     byte_offsets=tf.reshape(offset, [1])),
-        tf.TensorSpec([], tf.string))
-    return dataset.take(count)
+    it is read). Made only inside `interleave`/`flat_map`, at run time (see
+    `compat.tfrecords_from`)."""
+    return compat.tfrecords_from(file, offset).take(count)

@@ -29,6 +29,7 @@ TensorShape([1, 3])
 import keras
 import tensorflow as tf
 
+from electra_tf import compat
 from electra_tf.model import encoder as encoder_lib
 from electra_tf.training import optimizer as optimizer_lib
 
@@ -182,10 +183,10 @@ class LayerwiseAdamW(optimizer_lib.AdamW):
         super().build(var_list)
         self._multipliers = [self._multiplier_by_path.get(v.path, 1.0) for v in var_list]
         # Keras' exclusion lookup (exclude_from_weight_decay), not its decay: see __init__.
-        self._decays = [bool(self._decay_rate) and self._use_weight_decay(v) for v in var_list]
+        self._decays = [bool(self._decay_rate) and compat.decays(self, v) for v in var_list]
 
     def update_step(self, gradient, variable, learning_rate):
-        index = self._get_variable_index(variable)
+        index = compat.variable_index(self, variable)
         lr = tf.cast(learning_rate, variable.dtype) * self._multipliers[index]
         if self._decays[index]:
             variable.assign_sub(variable * tf.cast(self._decay_rate, variable.dtype) * lr)

@@ -39,6 +39,8 @@ import threading
 import keras
 import tensorflow as tf
 
+from electra_tf import compat
+
 _MIX1 = 0x85EBCA6B  # murmur3 fmix32 constants
 _MIX2 = 0xC2B2AE35
 _GOLDEN = 0x9E3779B1
@@ -95,13 +97,11 @@ class HashDropout(keras.layers.Dropout):
                 [2], tf.random.experimental.stateless_fold_in(step_seed, self.stream),
                 minval=None, maxval=None, dtype=tf.int32)
             offset = tf.cast(replica, tf.uint32) * tf.cast(tf.size(inputs), tf.uint32)
-        # A Shape op, not `tf.shape`'s constant: TF's constant folding, which XLA's bridge
-        # runs on the graph before compiling, would otherwise evaluate the element index
-        # (range, reshape, bitcast) of every dropout on the host and hand XLA the results
-        # as constants (8 MiB for each attention dropout of Small at batch 32; spikes of
-        # 1.3 GiB of host memory while compiling). XLA's bridge never folds Shape ops, and
-        # gives XLA an iota, which it fuses into the mask.
-        bits = random_bits(tf.raw_ops.Shape(input=inputs), seed, offset)
+        # A Shape op, not `tf.shape`'s constant: TF's constant folding before XLA would
+        # otherwise compute every dropout's element index on the host and hand it to XLA
+        # as a constant (BENCHMARKS.md, "Memory"); from a Shape op XLA gets an iota, which
+        # it fuses into the mask.
+        bits = random_bits(compat.unfolded_shape(inputs), seed, offset)
         threshold = tf.constant(min(round(self.rate * 2**32), 2**32 - 1), tf.uint32)
         scale = tf.cast(1.0 / (1.0 - self.rate), inputs.dtype)
         return tf.where(bits >= threshold, inputs * scale, tf.zeros_like(inputs))
@@ -115,7 +115,7 @@ def use_hash_dropout(layer: keras.layers.Layer) -> int:
     Only the class changes: `HashDropout` adds no state and reads the same `rate` and
     `seed_generator`, so variables, checkpoints and configs' rates are untouched."""
     count = 0
-    for sub in layer._flatten_layers(include_self=True):  # pylint: disable=protected-access
+    for sub in compat.sublayers(layer):
         if type(sub) is keras.layers.Dropout:  # pylint: disable=unidiomatic-typecheck
             if sub.noise_shape is not None:
                 raise ValueError(f"{sub.path}: HashDropout does not support noise_shape")
@@ -128,7 +128,7 @@ def number_streams(model: keras.layers.Layer) -> int:
     """Gives every `HashDropout` in `model` its own `stream` (0, 1, ... in the model's
     layer order, the same in every run); returns how many."""
     count = 0
-    for sub in model._flatten_layers(include_self=True):  # pylint: disable=protected-access
+    for sub in compat.sublayers(model):
         if isinstance(sub, HashDropout):
             sub.stream = count
             count += 1

@@ -13,7 +13,8 @@ embedding width, and for each encoder H its hidden width, F its FFN width, L its
     generator       = encoder(Hg, Fg, Lg) + P·(2·Hg·Eg + 2·Eg·V) MLM head, masked positions
     training        = 3 · (generator + discriminator)            backward ≈ 2 × forward
 
-(for ELECTRA; `for_shape` counts each objective's own passes and heads).
+(for ELECTRA; each objective adds these up for its own passes and heads:
+`objectives.training_flops`. This module is a leaf: it imports only `sizes`).
 
 The MLM head projects to the vocabulary at the P masked positions only (never over all S
 tokens), so V costs P·2·E·V, not S·2·E·V. ELECTRA-Small (H=256, F=1024, L=12, E=128;
@@ -78,20 +79,3 @@ def training_flops_per_sequence(discriminator: sizes_lib.EncoderSize,
     return 3 * forward_flops_per_sequence(discriminator, generator, seq_len,
                                           num_predictions, vocab_size)
 
-
-def for_shape(shape: sizes_lib.ModelShape, seq_len: int, num_predictions: int,
-              vocab_size: int, objective: str = "electra") -> int:
-    """Training FLOPs per sequence of a whole `ModelShape` under `objective` (any shape,
-    any tie: sharing weights saves no compute, each encoder pass still runs). Each
-    objective counts its own passes (`model/objectives/`): `mlm` has no generator,
-    `all_tokens_mlm` projects to the vocabulary at every position.
-
-    >>> small = sizes_lib.ModelShape(sizes_lib.SIZES["small"],
-    ...                              sizes_lib.generator_size(sizes_lib.SIZES["small"], 0.25))
-    >>> [round(for_shape(small, 128, 19, 30522, name) / 1e9, 2) for name in
-    ...  ("electra", "mlm", "replace_mlm", "all_tokens_mlm")]
-    [8.98, 8.33, 9.38, 11.96]
-    """
-    from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
-    return objectives.get(objective).training_flops(shape, seq_len, num_predictions,
-                                                    vocab_size)

@@ -2,29 +2,25 @@
 instead of keeping it from the forward pass.
 
 - `selective` (the default): the two parts of a block that hold the most memory for the
-  least compute. The XLA dump of ELECTRA-Small's step (batch 32, seq 128;
-  `XLA_FLAGS=--xla_dump_to=DIR`, the peak breakdown at the end of the forward/backward
-  program's `buffer-assignment` file) has 1457 MiB live at the peak, of which:
-  - 768 MiB are the feed-forward's: four `[B, S, F]` tensors per discriminator block
-    (the pre-activation, two intermediates of the exact gelu, and the activation that
-    the second Dense reads). `ActivationFirstDense` applies the gelu at the second
-    Dense's input instead of the first's output (`prepare`: the same function of the
-    same values) and recomputes it in the backward pass: one elementwise pass, and the
-    pre-activation is all that is kept.
-  - 192 MiB are the attention probabilities, before and after dropout (`[B, heads, S,
-    S]`). `SelectiveAttention` recomputes the attention core (QK^T, softmax, dropout,
-    ·V) from Q, K and V, which are kept anyway, as Megatron-LM's selective
-    recomputation does (Korthikanti et al., 2022). The output projection is inside the
-    recomputed function too (`OutputProjection`), so that the context it reads (`[B,
-    S, H]`, 48 MiB for Small's discriminator) is not kept for its kernel's gradient
-    either: two more `[B, heads, S, S]` matmuls per block (~3% of Small's FLOPs; XLA
-    drops the recomputed projection, whose output is unused). Only with `HashDropout`
-    inside `dropout.seeded`, whose masks are functions of the step, not of a state, so
-    the recomputation draws the same masks; elsewhere it keeps them.
+  least compute (the largest buffers at the step's peak in XLA's buffer assignment;
+  BENCHMARKS.md, "Memory"):
+  - the feed-forward's `[B, S, F]` tensors (the pre-activation, the exact gelu's
+    intermediates, the activation that the second Dense reads). `ActivationFirstDense`
+    applies the gelu at the second Dense's input instead of the first's output
+    (`prepare`: the same function of the same values) and recomputes it in the backward
+    pass: one elementwise pass, and the pre-activation is all that is kept.
+  - the attention probabilities, before and after dropout (`[B, heads, S, S]`).
+    `SelectiveAttention` recomputes the attention core (QKᵀ, softmax, dropout, ·V) from
+    Q, K and V, which are kept anyway, as Megatron-LM's selective recomputation does
+    (Korthikanti et al., 2022), and the output projection with it (`OutputProjection`),
+    so that the context it reads (`[B, S, H]`) is not kept for its kernel's gradient
+    either (two more `[B, heads, S, S]` matmuls per block, ~3% of Small's FLOPs). Only
+    with `HashDropout` inside `dropout.seeded`, whose masks are functions of the step,
+    not of a state, so the recomputation draws the same masks; elsewhere it keeps them.
   Both go through `tf.recompute_grad`, which makes the recomputation's input depend on
   the incoming gradient: with a plain `tf.custom_gradient` XLA merged the copy with the
   forward's (common subexpressions) or scheduled it in the forward pass, and kept the
-  activations after all (seen in the dump; XLA's optimization barrier did not stop it).
+  activations after all (XLA's optimization barrier did not stop it).
 - `blocks`: each transformer block keeps only its input, and the backward pass runs the
   block again (one more forward pass of the blocks).
 - `none`: nothing is recomputed.
@@ -49,10 +45,9 @@ eager execution is enabled"). Here the block's only argument is its input; the m
 >>> x = np.random.default_rng(0).normal(size=(1, 3, 4)).astype("float32")
 >>> before = block(x).numpy()
 >>> prepare(block)
->>> type(block._feedforward_output_dense).__name__
-'ActivationFirstDense'
->>> type(block._self_attention_layer._output_dense).__name__
-'OutputProjection'
+>>> parts = compat.encoder_block_parts(block)
+>>> type(parts.output_dense).__name__, type(parts.attention.output_dense).__name__
+('ActivationFirstDense', 'OutputProjection')
 >>> bool(np.allclose(block(x).numpy(), before, atol=1e-6))
 True
 """
@@ -63,6 +58,7 @@ import threading
 import keras
 import tensorflow as tf
 
+from electra_tf import compat
 from electra_tf.model import dropout as dropout_lib
 
 MODES = ("none", "selective", "blocks")
@@ -92,9 +88,8 @@ def prepare(block) -> None:
     attention becomes a `SelectiveAttention` with an `OutputProjection`. Only classes and
     where the activation is applied change: variables, checkpoints and the block's
     config are untouched."""
-    first = block._feedforward_intermediate_dense   # pylint: disable=protected-access
-    second = block._feedforward_output_dense        # pylint: disable=protected-access
-    attention = block._self_attention_layer         # pylint: disable=protected-access
+    parts = compat.encoder_block_parts(block)
+    first, second, attention = parts.intermediate_dense, parts.output_dense, parts.attention
     if type(second) is not ActivationFirstDense:  # pylint: disable=unidiomatic-typecheck
         if type(second) is not keras.layers.Dense or second.activation not in (  # noqa: E721
                 None, keras.activations.linear):
@@ -105,7 +100,7 @@ def prepare(block) -> None:
         first.activation = keras.activations.linear
     if type(attention) is keras.layers.MultiHeadAttention:  # noqa: E721
         attention.__class__ = SelectiveAttention
-        projection = attention._output_dense  # pylint: disable=protected-access
+        projection = attention.output_dense
         if type(projection) is keras.layers.EinsumDense:  # noqa: E721
             projection.__class__ = OutputProjection
 
@@ -145,27 +140,27 @@ class ActivationFirstDense(keras.layers.Dense):
         return config
 
 
-class SelectiveAttention(keras.layers.MultiHeadAttention):
+class SelectiveAttention(compat.AttentionCoreHook, keras.layers.MultiHeadAttention):
     """Keras' `MultiHeadAttention` whose attention core (scores, softmax, dropout, ·V)
     and output projection (an `OutputProjection`) are recomputed in the backward pass
     under `recomputing("selective")` in training, with `HashDropout` inside
     `dropout.seeded` (the module docstring); Keras' own core otherwise."""
 
-    def _compute_attention(self, query, key, value, attention_mask=None, training=None,
-                           return_attention_scores=False, use_causal_mask=False):
+    def attention_core(self, query, key, value, attention_mask=None, training=None,
+                       return_attention_scores=False, use_causal_mask=False):
         seeded_by = dropout_lib.current()
-        stateless = self._dropout == 0 or isinstance(self._dropout_layer,
-                                                     dropout_lib.HashDropout)
+        stateless = self.dropout == 0 or isinstance(compat.attention_dropout(self),
+                                                    dropout_lib.HashDropout)
         if (not training or _mode() != "selective" or return_attention_scores
                 or use_causal_mask or seeded_by is None or not stateless):
-            return super()._compute_attention(
+            return self.keras_attention_core(
                 query, key, value, attention_mask=attention_mask, training=training,
                 return_attention_scores=return_attention_scores,
                 use_causal_mask=use_causal_mask)
-        parent = super()._compute_attention
-        projection = self._output_dense
+        parent = self.keras_attention_core
+        projection = self.output_dense
         if not (isinstance(projection, OutputProjection) and projection.plain
-                and not getattr(self, "_use_gate", False)):
+                and not compat.attention_gated(self)):
             def core(q, k, v):
                 return parent(q, k, v, attention_mask=attention_mask, training=training)[0]
             return _recompute(core, seeded_by, query, key, value), None
@@ -184,7 +179,7 @@ class SelectiveAttention(keras.layers.MultiHeadAttention):
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
-class OutputProjection(keras.layers.EinsumDense):
+class OutputProjection(compat.SkippableInputCheck, keras.layers.EinsumDense):
     """The attention's output `EinsumDense`, which `SelectiveAttention` may apply itself
     inside its recomputed core: it then hands the result to `pass_through`, and the
     next call (`MultiHeadAttention.call` applying the projection) must be given that
@@ -206,9 +201,8 @@ class OutputProjection(keras.layers.EinsumDense):
         x = keras.ops.einsum(self.equation, inputs, kernel)
         return keras.ops.add(x, bias[0]) if bias else x
 
-    def _assert_input_compatibility(self, arg_0):
-        if self._projected is None:  # else `call` checks that it is that [B, S, H] tensor
-            super()._assert_input_compatibility(arg_0)
+    def checks_input(self) -> bool:
+        return self._projected is None  # else `call` checks that it is that [B, S, H] tensor
 
     def call(self, inputs, training=None):
         projected, self._projected = self._projected, None

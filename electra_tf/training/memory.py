@@ -4,72 +4,57 @@ TF's CPU allocations go through glibc's malloc. Memory freed by XLA's compilatio
 graph optimisation and by each step's kernels stays in malloc's arenas (one per thread
 that contended for the heap, up to 8 × cores) instead of going back to the OS, so the
 process's resident memory between steps is higher than what it uses, and every step's
-working set comes on top of it (BENCHMARKS.md, "Memory"). Two calls reach that memory:
+working set comes on top of it (BENCHMARKS.md, "Memory"). What reaches that memory:
 
 - `release()`: `malloc_trim(0)`, which returns the free pages of every arena to the OS.
   The training loop calls it after each loop of steps and each evaluation; it costs
   milliseconds against a loop of seconds or more.
 - `trimming(interval)`: `release()` every `interval` seconds on a thread while a block
-  runs. XLA frees ~0.4 GiB of its compilation's memory into malloc's heap, and the steps
-  that run in the same call would otherwise climb on top of it: the training loop runs
-  the first step of each stage (the one that compiles) under it.
+  runs: XLA frees its compilation's memory into malloc's heap, and the steps that run in
+  the same call would otherwise climb on top of it. The training loop runs the first step
+  of each stage (the one that compiles) under it.
 - `limit_arenas(n)`: `mallopt(M_ARENA_MAX, n)`, as `MALLOC_ARENA_MAX=n` in the environment
-  would, for the process's own binaries (train, finetune, benchmark), called before TF
-  starts its threads. Fewer arenas hold less freed memory apart.
+  would; `cli.prepare_process()` calls it before TF starts its threads. Fewer arenas hold
+  less freed memory apart.
 - `restart_with_huge_pages()`: runs the tool again, in the same process (`execve`: same
   pid, arguments and environment), with glibc's tunable `glibc.malloc.hugetlb=1`, so that
-  malloc asks the kernel for transparent huge pages. XLA frees the step's working set
-  (1.3 GiB for Small at batch 32) after each step and malloc maps it afresh at the next:
-  with 4 KiB pages that is ~0.5M page faults a step. With huge pages the benchmark's
-  run took 1.6M page faults instead of 6.7M and its steps were 17-28% faster on a
-  2-core AVX2 machine (BENCHMARKS.md, "oneDNN's pool, traced stacks, huge pages"). Only
-  where the kernel gives huge pages on request (`transparent_hugepage/enabled` is
-  `[madvise]`; with `[always]` malloc gets them anyway) and glibc reads the tunable
-  (2.35 and newer). A `GLIBC_TUNABLES` that already names `glibc.malloc.hugetlb` is the
-  user's choice and is kept (`=0` turns this off).
+  malloc asks the kernel for transparent huge pages: XLA frees the step's working set
+  after each step and malloc maps it afresh at the next, page fault by page fault with
+  4 KiB pages (BENCHMARKS.md, "oneDNN's pool, traced stacks, huge pages"). Only where the
+  kernel gives huge pages on request (`transparent_hugepage/enabled` is `[madvise]`; with
+  `[always]` malloc gets them anyway) and glibc reads the tunable (2.35 and newer). A
+  `GLIBC_TUNABLES` that already names `glibc.malloc.hugetlb` is the user's choice and is
+  kept (`=0` turns this off). `cli.prepare_process()` calls it.
 
-All of them do nothing where the C library is not glibc (macOS, musl); `release()` and
-`limit_arenas()` then return False.
+All of them do nothing where the C library is not glibc (macOS, musl; `compat.glibc`);
+`release()` and `limit_arenas()` then return False. Importing this module calls none.
 
     >>> isinstance(release(), bool)
     True
 """
 
 import contextlib
-import ctypes
 import os
 import re
 import sys
 import threading
 
-_M_ARENA_MAX = -8  # glibc's malloc.h
-_HUGETLB = "glibc.malloc.hugetlb"
+from electra_tf import compat
+
 _THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
-
-
-def _glibc():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return None
-    return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
-
-
-_LIBC = _glibc()
 
 
 def release() -> bool:
     """Returns the allocator's free memory to the OS; True if glibc released any."""
-    return bool(_LIBC.malloc_trim(0)) if _LIBC is not None else False
+    libc = compat.glibc()
+    return bool(libc.malloc_trim(0)) if libc is not None else False
 
 
 @contextlib.contextmanager
 def trimming(interval: float = 0.25):
     """A context manager: `release()` every `interval` seconds on a thread (ctypes lets go
     of the GIL in the call) while the block runs, and once when it ends."""
-    if _LIBC is None:
+    if compat.glibc() is None:
         yield
         return
     done = threading.Event()
@@ -90,12 +75,8 @@ def trimming(interval: float = 0.25):
 
 def limit_arenas(n: int = 2) -> bool:
     """At most `n` malloc arenas from now on (call it before TF starts its threads)."""
-    return bool(_LIBC.mallopt(_M_ARENA_MAX, n)) if _LIBC is not None else False
-
-
-def _glibc_version() -> tuple[int, ...]:
-    _LIBC.gnu_get_libc_version.restype = ctypes.c_char_p
-    return tuple(int(part) for part in re.findall(rb"\d+", _LIBC.gnu_get_libc_version())[:2])
+    libc = compat.glibc()
+    return bool(libc.mallopt(compat.M_ARENA_MAX, n)) if libc is not None else False
 
 
 def _transparent_huge_pages(path: str = _THP_ENABLED) -> str | None:
@@ -113,10 +94,11 @@ def huge_pages_environment(environ=None, thp_path: str = _THP_ENABLED) -> dict |
     where a restart would change nothing or the user has chosen."""
     environ = os.environ if environ is None else environ
     tunables = environ.get("GLIBC_TUNABLES", "")
-    if (_LIBC is None or not hasattr(_LIBC, "gnu_get_libc_version") or _HUGETLB in tunables
-            or _transparent_huge_pages(thp_path) != "madvise" or _glibc_version() < (2, 35)):
+    if (compat.HUGETLB_TUNABLE in tunables or compat.glibc_version() < (2, 35)
+            or _transparent_huge_pages(thp_path) != "madvise"):
         return None
-    return {**environ, "GLIBC_TUNABLES": ":".join(filter(None, (tunables, f"{_HUGETLB}=1")))}
+    return {**environ, "GLIBC_TUNABLES": ":".join(
+        filter(None, (tunables, f"{compat.HUGETLB_TUNABLE}=1")))}
 
 
 def restart_with_huge_pages() -> None:

@@ -10,9 +10,12 @@ Gradients are clipped to a global norm of `clip_norm` by Keras (`global_clipnorm
 [0.0, 0.5, 0.91, 0.45, 0.0, 0.0]
 """
 
+import contextlib
+
 import keras
 import tensorflow as tf
 
+from electra_tf import compat
 from electra_tf import errors
 
 
@@ -35,44 +38,36 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
                 "total_steps": self.total_steps}
 
 
-class _SummedGradients:
-    """The train step all-reduces gradients itself, so that `global_clipnorm` clips the
-    gradient of the whole global batch (Keras would clip each replica's part, then sum).
-    Keras must therefore not sum them over replicas a second time."""
-
-    def _all_reduce_sum_gradients(self, grads_and_vars):
-        return list(grads_and_vars)
-
-
 class _StepScalars:
     """What one step's update shares between its variables (a plain object: Keras tracks
     what an optimizer's attributes hold)."""
     values = None
 
 
-class AdamW(_SummedGradients, keras.optimizers.AdamW):
+class AdamW(compat.GradientsSummedByCaller, compat.AroundVariableUpdates,
+            compat.OwnWeightDecay, keras.optimizers.AdamW):
     """Keras' AdamW (its variables, schedule, exclusions and clipping) with each float32
     variable updated by TF's fused `ResourceApplyAdam` kernel, and the step's scalars (β
     powers, learning rate × weight decay) made once per step, not once per variable.
 
-    Keras builds its update from ~51 ops a variable: 20k of the 41k nodes of Small's
-    traced step, which TF holds in every graph and function that contains the step. The
-    kernel does the same update (`m`, `v`, then `lr·√(1−β₂ᵗ)/(1−β₁ᵗ) · m/(√v+ε)`) in one
-    op, 13 ops a variable in all: Small b32 peaks ~140 MiB lower and holds ~130 less
-    between steps, 4 micro-batches peak ~90–180 MiB lower (BENCHMARKS.md). It takes
-    1 − β in float32 where Keras takes it in Python, so `v` differs from Keras' by ~1e-5
-    relative (β₂ = 0.999). Another dtype or `amsgrad` takes Keras' own path."""
+    Keras builds its update from ~51 ops a variable, half the nodes of Small's traced step,
+    held in every graph that contains it; the kernel does the same update (`m`, `v`, then
+    `lr·√(1−β₂ᵗ)/(1−β₁ᵗ) · m/(√v+ε)`) in one op: less host memory (BENCHMARKS.md,
+    "Memory"). It takes 1 − β in float32 where Keras takes it in Python, so `v` differs
+    from Keras' by ~1e-5 relative (β₂ = 0.999). Another dtype or `amsgrad` takes Keras'
+    own path. Gradients arrive summed over replicas (`compat.GradientsSummedByCaller`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._shared = _StepScalars()
 
-    def _distributed_tf_update_step(self, distribution, grads_and_vars, learning_rate):
-        # Keras' loop over the variables (each through `update_step`), with the scalars
-        # made once for all of them (here: once per step, even across replicas).
+    @contextlib.contextmanager
+    def variable_updates(self):
+        # Around Keras' loop over the variables (each through `update_step`): the scalars
+        # made once for all of them (once per step, even across replicas).
         self._shared.values = self._step_scalars()
         try:
-            super()._distributed_tf_update_step(distribution, grads_and_vars, learning_rate)
+            yield
         finally:
             self._shared.values = None
 
@@ -87,14 +82,13 @@ class AdamW(_SummedGradients, keras.optimizers.AdamW):
             return super().update_step(gradient, variable, learning_rate)
         beta_1, beta_2, epsilon, beta_1_power, beta_2_power = (
             self._shared.values or self._step_scalars())
-        index = self._get_variable_index(variable)
-        return tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle, m=self._momentums[index].value.handle,
-            v=self._velocities[index].value.handle, beta1_power=beta_1_power,
-            beta2_power=beta_2_power, lr=tf.cast(learning_rate, tf.float32), beta1=beta_1,
-            beta2=beta_2, epsilon=epsilon, grad=tf.cast(gradient, tf.float32))
+        m, v = compat.adam_slots(self, variable)
+        return compat.resource_apply_adam(
+            variable, m, v, beta1_power=beta_1_power, beta2_power=beta_2_power,
+            lr=tf.cast(learning_rate, tf.float32), beta1=beta_1, beta2=beta_2,
+            epsilon=epsilon, grad=tf.cast(gradient, tf.float32))
 
-    def _apply_weight_decay(self, variables):
+    def apply_weight_decay(self, variables):
         """`var -= lr · wd · var` for the variables weight decay applies to, as Keras
         does, with lr · wd computed once."""
         if self.weight_decay is None:
@@ -104,25 +98,24 @@ class AdamW(_SummedGradients, keras.optimizers.AdamW):
             decay = tf.cast(self.learning_rate, tf.float32) * tf.cast(
                 self.weight_decay, tf.float32)
             for variable in variables:
-                if self._use_weight_decay(variable):
+                if compat.decays(self, variable):
                     if isinstance(variable, keras.Variable):
                         variable = variable.value
                     distribution.extended.update(
                         variable, lambda v, d: v.assign_sub(v * tf.cast(d, v.dtype)),
                         args=(decay,), group=False)
 
-        tf.__internal__.distribute.interim.maybe_merge_call(
-            apply, self._distribution_strategy, variables)
+        compat.merge_call(apply, compat.optimizer_strategy(self), variables)
 
 
-class Lamb(_SummedGradients, keras.optimizers.Lamb):
+class Lamb(compat.GradientsSummedByCaller, keras.optimizers.Lamb):
     pass
 
 
 def no_decay_variables(model: keras.Model) -> list:
     """LayerNorm scales/offsets and biases: the variables weight decay must skip."""
     out = []
-    for layer in model._flatten_layers(include_self=False):  # pylint: disable=protected-access
+    for layer in compat.sublayers(model, include_self=False):
         if isinstance(layer, keras.layers.LayerNormalization):
             out.extend(layer.trainable_weights)
     out.extend(v for v in model.trainable_weights if v.name.endswith("bias"))

@@ -1,15 +1,12 @@
 """Shorter Python stacks on traced ops: less memory held after XLA's compilation.
 
-TF keeps, for every graph op, the Python stack that created it (for error messages).
+TF keeps, for every graph op, the Python stack that created it (for error messages), and
 XLA's compilation turns each compiled op's stack into strings that stay for the life of
-the process: about 80 frames an op, about 0.2 GiB of resident memory for ELECTRA-Small's
-training step, most of the frames TF's, Keras's and keras-hub's own (BENCHMARKS.md,
+the process, most of the frames TF's, Keras's and keras-hub's own (BENCHMARKS.md,
 "Memory"). Ops traced inside `short_tracebacks()` drop the frames of those libraries'
-files, and keep ours, the script's and TF's graph-building ones (about 20 an op).
-
-TF's hook for this is `tf_stack.StackTraceFilter` (a set of file names whose frames
-are left out; autograph uses it too). It is not public API: where it goes away, the
-filter does nothing and the stacks stay whole.
+files, and keep ours, the script's and TF's graph-building ones (about 20 an op, not 80).
+TF's hook for this is not public API (`compat.stack_trace_filter`): where it goes away,
+the stacks stay whole.
 
     >>> import tensorflow as tf
     >>> with short_tracebacks():
@@ -24,10 +21,7 @@ import contextlib
 import os
 import sys
 
-try:
-    from tensorflow.python.util import tf_stack  # pylint: disable=g-direct-tensorflow-import
-except ImportError:  # a TF without it: stacks stay whole
-    tf_stack = None
+from electra_tf import compat
 
 # The packages whose frames the ops lose. TF's graph-building files stay: TF drops the 3
 # innermost frames of every op's stack (`stacklevel=3`, meant for those files), so without
@@ -53,18 +47,8 @@ def _library_files() -> set[str]:
             and path.startswith(roots) and _KEPT not in path}
 
 
-if tf_stack is not None and hasattr(tf_stack, "StackTraceFilter"):
-    class _LibraryFrames(tf_stack.StackTraceFilter):
-
-        def get_filtered_filenames(self):
-            return _library_files()
-
-    def short_tracebacks():
-        """A context manager: the ops traced in it (in this thread) keep no frame of
-        the libraries' files but TF's graph-building ones. It changes no result, only
-        the stacks TF keeps for its error messages."""
-        return _LibraryFrames()
-else:
-    def short_tracebacks():
-        return contextlib.nullcontext()
-
+def short_tracebacks():
+    """A context manager: the ops traced in it (in this thread) keep no frame of the
+    libraries' files but TF's graph-building ones. It changes no result, only the stacks
+    TF keeps for its error messages."""
+    return compat.stack_trace_filter(_library_files) or contextlib.nullcontext()

@@ -122,7 +122,7 @@ def test_gradients_reach_what_each_objective_trains():
 
 def test_flops_count_each_objectives_own_passes():
     seq, predictions = 128, 19
-    cost = {name: flops.for_shape(SHAPE, seq, predictions, 1000, name)
+    cost = {name: objectives.training_flops(SHAPE, seq, predictions, 1000, name)
             for name in objectives.OBJECTIVES}
     assert cost["electra"] == cost["electra_15"]  # the same passes; only the loss differs
     assert cost["mlm"] < cost["electra"]          # no generator, an MLM head at P positions

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from electra_tf import compat
 from electra_tf.training import memory
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
@@ -65,7 +66,7 @@ def _thp(tmp_path, mode):
 
 @linux
 def test_huge_pages_are_asked_for_only_where_the_kernel_gives_them_on_request(tmp_path):
-    if memory._LIBC is None or memory._glibc_version() < (2, 35):
+    if compat.glibc_version() < (2, 35):
         pytest.skip("glibc before 2.35 does not read glibc.malloc.hugetlb")
     environ = {"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}
     restart = memory.huge_pages_environment(environ, _thp(tmp_path, "madvise"))
@@ -85,38 +86,37 @@ def test_huge_pages_are_asked_for_only_where_the_kernel_gives_them_on_request(tm
 
 
 @linux
-def test_a_tool_restarts_once_with_huge_pages_in_the_same_process():
-    """A process whose __main__ is one of our tools restarts (execve: same pid) when cli
-    is imported, with the tunable set; a test runner's or a user's program does not."""
+def test_prepare_process_restarts_once_with_huge_pages_in_the_same_process():
+    """A process that calls `cli.prepare_process()` (every binary, first thing) restarts
+    once (execve: same pid) with the tunable set; one that only imports cli does not."""
     import os
     import subprocess
 
     from tests import helpers
 
     code = ("import os, sys; print('start', os.getpid(), flush=True); "
-            "sys.modules['__main__'].__file__ = sys.argv[1]; "
-            "import electra_tf.cli; print('tunables', os.environ.get('GLIBC_TUNABLES'))")
-    tool = os.path.join(helpers.ROOT, "tools", "benchmark.py")
-    other = os.path.join(helpers.ROOT, "tests", "user_program.py")
+            "from electra_tf import cli; sys.argv[1] == 'prepare' and cli.prepare_process(); "
+            "print('tunables', os.environ.get('GLIBC_TUNABLES'))")
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     runs = {}
-    for main in (tool, other):
-        out = subprocess.run([sys.executable, "-c", code, main], env=env, cwd=helpers.ROOT,
+    for how in ("prepare", "import"):
+        out = subprocess.run([sys.executable, "-c", code, how], env=env, cwd=helpers.ROOT,
                              capture_output=True, text=True, check=True,
                              timeout=120).stdout.split("\n")
-        runs[main] = [line for line in out if line]
-    starts = [line for line in runs[tool] if line.startswith("start")]
+        runs[how] = [line for line in out if line]
+    starts = [line for line in runs["prepare"] if line.startswith("start")]
     if memory.huge_pages_environment(env) is None:  # this machine: nothing to ask for
-        assert len(starts) == 1 and runs[tool][-1] == "tunables None"
+        assert len(starts) == 1 and runs["prepare"][-1] == "tunables None"
     else:
         assert len(starts) == 2 and starts[0] == starts[1]  # same pid: exec, not a child
-        assert runs[tool][-1] == "tunables glibc.malloc.hugetlb=1"
-    assert runs[other] == [runs[other][0], "tunables None"]
+        assert runs["prepare"][-1] == "tunables glibc.malloc.hugetlb=1"
+    assert runs["import"] == [runs["import"][0], "tunables None"]
 
 
 _ONEDNN_BUFFER = """
 import json, sys
-import electra_tf.cli  # what every tool imports first
+from electra_tf import cli
+cli.prepare_process()  # what every tool does first
 import tensorflow as tf
 
 def rss_mib():

@@ -6,6 +6,11 @@ answered in `electra_15.py`. Adding one is a new module and a row here.
 
 >>> get("mlm").uses_generator, get("electra_15").loss_names
 (False, ('mlm_loss', 'rtd_loss'))
+>>> small = sizes.ModelShape(sizes.SIZES["small"],
+...                          sizes.generator_size(sizes.SIZES["small"], 0.25))
+>>> [round(training_flops(small, 128, 19, 30522, name) / 1e9, 2) for name in
+...  ("electra", "mlm", "replace_mlm", "all_tokens_mlm")]
+[8.98, 8.33, 9.38, 11.96]
 >>> get("bert")
 Traceback (most recent call last):
 ...
@@ -13,6 +18,7 @@ electra_tf.errors.UserError: config.model.objective='bert': choose one of electr
 """
 
 from electra_tf import errors
+from electra_tf.model import sizes
 from electra_tf.model.objectives import all_tokens_mlm
 from electra_tf.model.objectives import base
 from electra_tf.model.objectives import electra
@@ -30,3 +36,12 @@ def get(name: str, disc_weight: float = 50.0) -> base.Objective:
         raise errors.UserError(f"config.model.objective={name!r}: choose one of "
                                f"{', '.join(OBJECTIVES)}")
     return OBJECTIVES[name](disc_weight)
+
+
+def training_flops(shape: sizes.ModelShape, seq_len: int, num_predictions: int,
+                   vocab_size: int, objective: str = "electra") -> int:
+    """Training FLOPs per sequence of a whole `ModelShape` under `objective` (any shape,
+    any tie: sharing weights saves no compute, each encoder pass still runs). Each
+    objective counts its own passes (`model/flops.py`'s formulas): `mlm` has no
+    generator, `all_tokens_mlm` projects to the vocabulary at every position."""
+    return get(objective).training_flops(shape, seq_len, num_predictions, vocab_size)

@@ -1,0 +1,438 @@
+"""electra_tf/compat.py: every reach into a library's internals still exists, with the
+signature we call it with, and our code still goes through it.
+
+One test per entry (or per family of entries), named after it: a library upgrade that
+renames a private hook fails here by name, instead of changing the arithmetic in silence
+(Keras summing gradients twice, a block that no longer recomputes, stacks kept whole).
+"""
+
+import contextlib
+import inspect
+import json
+import mmap
+import os
+import struct
+import subprocess
+import sys
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf import cli
+from electra_tf import compat
+from electra_tf.data import order
+from electra_tf.model import dropout as dropout_lib
+from electra_tf.model import encoder as encoder_lib
+from electra_tf.model import remat
+from electra_tf.training import memory
+from electra_tf.training import optimizer as optimizer_lib
+from electra_tf.training import tracebacks
+from tests import helpers
+
+linux_glibc = pytest.mark.skipif(compat.glibc() is None, reason="glibc's malloc")
+
+
+def params(fn) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def counting(monkeypatch, owner, name):
+    """Replaces `owner.name` with a wrapper that counts its calls; the list of calls."""
+    calls = []
+    original = getattr(owner, name)
+    if isinstance(owner, type) and not isinstance(inspect.getattr_static(owner, name),
+                                                  (staticmethod, classmethod)):
+        def wrapper(self, *args, **kwargs):
+            calls.append(args)
+            return original(self, *args, **kwargs)
+    else:
+        def wrapper(*args, **kwargs):
+            calls.append(args)
+            return original(*args, **kwargs)
+    monkeypatch.setattr(owner, name, wrapper)
+    return calls
+
+
+# ------------------------------------------------------------------- TF settings at start
+_TOOL_WITH_TF = """
+import atexit, json, os, runpy, sys
+
+def report():  # after the tool (its --help) ran: TF compiles under the tool's settings
+    import tensorflow as tf
+    value = tf.function(lambda x: x + 1.0, jit_compile=True)(tf.constant(1.0))
+    names = ("TF_XLA_FLAGS", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "TF_CPP_MIN_LOG_LEVEL",
+             "KERAS_BACKEND")
+    print(json.dumps({"env": {n: os.environ.get(n) for n in names},
+                      "compiled": float(value)}), flush=True)
+
+atexit.register(report)
+sys.argv = [sys.argv[1], "--help"]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_tf_environment_reaches_a_tool_and_tf_knows_the_xla_flag():
+    """A tool (`cli.prepare_process()` first thing) starts TF with TF_XLA_FLAGS naming
+    `compat.XLA_NO_CONSTANT_FOLDING`, and TF compiles under it: TF aborts at the first
+    compilation on a TF_XLA_FLAGS entry it does not know."""
+    env = {k: v for k, v in helpers.child_env().items()
+           if k not in ("TF_XLA_FLAGS", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "KERAS_BACKEND")}
+    tool = os.path.join(helpers.ROOT, "tools", "build_vocab.py")
+    result = subprocess.run([sys.executable, "-c", _TOOL_WITH_TF, tool], env=env,
+                            cwd=helpers.ROOT, capture_output=True, text=True, timeout=300)
+    assert "--vocab_size" in result.stdout, result.stderr[-3000:]  # the tool's --help
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["compiled"] == 2.0
+    assert report["env"] == {"TF_XLA_FLAGS": compat.XLA_NO_CONSTANT_FOLDING,
+                             "TF_ONEDNN_USE_SYSTEM_ALLOCATOR": "1",
+                             "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow"}
+
+
+def test_tf_environment_keeps_the_users_values():
+    assert compat.tf_environment({"TF_XLA_FLAGS": "--tf_xla_disable_constant_folding=false",
+                                  "TF_CPP_MIN_LOG_LEVEL": "0",
+                                  "TF_ONEDNN_USE_SYSTEM_ALLOCATOR": "0"}) == {}
+    assert compat.tf_environment({"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"})["TF_XLA_FLAGS"] == (
+        "--tf_xla_auto_jit=2 " + compat.XLA_NO_CONSTANT_FOLDING)
+
+
+def test_tf_reads_the_onednn_allocator_switch():
+    """TF's C++ reads `TF_ONEDNN_USE_SYSTEM_ALLOCATOR` (no Python API): its name is in
+    TF's framework library, or the switch silently does nothing."""
+    path = os.path.join(tf.sysconfig.get_lib(), "libtensorflow_framework.so.2")
+    if not os.path.exists(path):
+        pytest.skip(f"no {path} in this TF build")
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        for name in compat.TF_ENVIRONMENT:
+            if name != "TF_CPP_MIN_LOG_LEVEL":  # read by TF's logging, documented
+                assert data.find(name.encode()) >= 0, name
+
+
+# --------------------------------------------------------------------- glibc's allocator
+@linux_glibc
+def test_glibc_allocator_calls_and_memory_goes_through_them(monkeypatch):
+    libc = compat.glibc()
+    assert libc.mallopt(compat.M_ARENA_MAX, 2) == 1  # glibc took the setting
+    assert compat.glibc_version() >= (2, 17)
+
+    calls = []
+
+    class Recorder:
+        def malloc_trim(self, pad):
+            calls.append(("malloc_trim", pad))
+            return 1
+
+        def mallopt(self, param, value):
+            calls.append(("mallopt", param, value))
+            return 1
+
+    monkeypatch.setattr(compat, "glibc", Recorder)
+    assert memory.release() and memory.limit_arenas(3)
+    assert calls == [("malloc_trim", 0), ("mallopt", compat.M_ARENA_MAX, 3)]
+
+
+# ----------------------------------------------------------------------------- ml_collections
+def test_config_file_error_of_a_config_flag_that_did_not_load(monkeypatch, capsys):
+    from absl import flags  # pylint: disable=g-import-not-at-top
+    from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+
+    flag_values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "", flag_values=flag_values)
+    argv = ["tool", "--config=/no/such/config.py"]
+    flag_values(argv)
+    value = flag_values["config"].value
+    assert type(value).__name__ == "_ErrorConfig"
+    assert isinstance(compat.config_file_error(value), OSError)
+    assert compat.config_file_error(object()) is None
+    # cli.parse_flags goes through it: the error in one line, exit code 2.
+    calls = counting(monkeypatch, compat, "config_file_error")
+    monkeypatch.setattr(flags, "FLAGS", flags.FlagValues())
+    config_flags.DEFINE_config_file("config", None, "", flag_values=flags.FLAGS)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.parse_flags(argv)
+    assert exit_info.value.code == 2 and calls
+    assert "cannot read the config file" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------- Keras' optimizer hooks
+# (Keras class, private name, its parameters as compat calls or overrides it)
+_KERAS_OPTIMIZER_PRIVATES = [
+    (keras.optimizers.AdamW, "_all_reduce_sum_gradients", ["self", "grads_and_vars"]),
+    (keras.optimizers.Lamb, "_all_reduce_sum_gradients", ["self", "grads_and_vars"]),
+    (keras.optimizers.AdamW, "_distributed_tf_update_step",
+     ["self", "distribution", "grads_and_vars", "learning_rate"]),
+    (keras.optimizers.AdamW, "_apply_weight_decay", ["self", "variables"]),
+    (keras.optimizers.AdamW, "_get_variable_index", ["self", "variable"]),
+    (keras.optimizers.AdamW, "_use_weight_decay", ["self", "variable"]),
+]
+
+
+@pytest.mark.parametrize("cls, name, expected", _KERAS_OPTIMIZER_PRIVATES,
+                         ids=[f"{c.__name__}.{n}" for c, n, _ in _KERAS_OPTIMIZER_PRIVATES])
+def test_keras_optimizer_private_exists(cls, name, expected):
+    assert params(getattr(cls, name)) == expected
+
+
+def _optimizer(cls=None, **kwargs):
+    """Our AdamW on a kernel and a bias (excluded from weight decay), built."""
+    cls = cls or optimizer_lib.AdamW
+    variables = [keras.Variable(np.ones([3, 2], np.float32), name="kernel"),
+                 keras.Variable(np.ones([2], np.float32), name="bias")]
+    optimizer = cls(learning_rate=0.1, weight_decay=0.5, **kwargs)
+    optimizer.exclude_from_weight_decay(var_list=[variables[1]])
+    optimizer.build(variables)
+    return optimizer, variables
+
+
+def _grads(variables):
+    return [tf.fill(v.shape, 0.5) for v in variables]
+
+
+@pytest.mark.parametrize("cls", [optimizer_lib.AdamW, optimizer_lib.Lamb])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_gradients_are_summed_once_per_step_by_the_caller(monkeypatch, cls, compiled):
+    """Keras calls `_all_reduce_sum_gradients` once per apply, and it is ours (the
+    identity): were it renamed, Keras' own would sum the pre-summed gradients again."""
+    calls = counting(monkeypatch, compat.GradientsSummedByCaller, "_all_reduce_sum_gradients")
+    optimizer, variables = _optimizer(cls)
+
+    def step(grads):
+        optimizer.apply_gradients(zip(grads, variables))
+    (tf.function(step) if compiled else step)(_grads(variables))
+    assert len(calls) == 1
+    grads_and_vars = list(zip(_grads(variables), variables))
+    assert optimizer._all_reduce_sum_gradients(grads_and_vars) == grads_and_vars  # pylint: disable=protected-access
+
+
+def test_adamw_updates_inside_its_scope_with_the_fused_kernel(monkeypatch):
+    """`variable_updates()` is entered once per step around Keras' loop of `update_step`,
+    which runs TF's fused kernel (`compat.resource_apply_adam`) once per variable on
+    Keras' slots (`compat.adam_slots`)."""
+    scopes = counting(monkeypatch, optimizer_lib.AdamW, "variable_updates")
+    kernels = counting(monkeypatch, compat, "resource_apply_adam")
+    inside = []
+    update_step = optimizer_lib.AdamW.update_step
+
+    def recording(self, gradient, variable, learning_rate):
+        inside.append(self._shared.values is not None)  # pylint: disable=protected-access
+        return update_step(self, gradient, variable, learning_rate)
+    monkeypatch.setattr(optimizer_lib.AdamW, "update_step", recording)
+    optimizer, variables = _optimizer()
+    optimizer.apply_gradients(zip(_grads(variables), variables))
+    assert len(scopes) == 1 and inside == [True, True] and len(kernels) == 2
+    m, v = compat.adam_slots(optimizer, variables[0].value)
+    assert isinstance(m, tf.Variable) and m.shape == v.shape == (3, 2)
+    assert float(tf.reduce_max(m)) > 0 and float(tf.reduce_max(v)) > 0  # the kernel's
+    assert params(tf.raw_ops.ResourceApplyAdam)[:10] == [
+        "var", "m", "v", "beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon",
+        "grad"]
+
+
+def test_weight_decay_goes_through_our_hook_once_per_step(monkeypatch):
+    hooks = counting(monkeypatch, optimizer_lib.AdamW, "apply_weight_decay")
+    merges = counting(monkeypatch, compat, "merge_call")
+    optimizer, variables = _optimizer()
+    assert compat.decays(optimizer, variables[0]) and not compat.decays(optimizer,
+                                                                        variables[1])
+    assert [compat.variable_index(optimizer, v) for v in variables] == [0, 1]
+    assert isinstance(compat.optimizer_strategy(optimizer), tf.distribute.Strategy)
+    optimizer.apply_gradients(zip([tf.zeros(v.shape) for v in variables], variables))
+    assert len(hooks) == 1 and len(merges) == 1
+    # Zero gradients: only the decay moved the kernel (1 − lr·wd at step 0 of the
+    # constant rate), and not the excluded bias.
+    np.testing.assert_allclose(variables[0].numpy(), 1 - 0.1 * 0.5, rtol=1e-6)
+    np.testing.assert_array_equal(variables[1].numpy(), 1.0)
+    assert params(tf.__internal__.distribute.interim.maybe_merge_call) == [
+        "fn", "strategy", "args", "kwargs"]
+
+
+# ------------------------------------------------------------------------------ Keras layers
+def test_sublayers_walks_nested_layers():
+    assert params(keras.layers.Layer._flatten_layers) == [  # pylint: disable=protected-access
+        "self", "include_self", "recursive"]
+    inner = keras.Sequential([keras.layers.Dense(2), keras.layers.Dropout(0.1)])
+    outer = keras.Sequential([inner, keras.layers.Dense(1)])
+    outer.build((None, 3))
+    found = compat.sublayers(outer)
+    assert found[0] is outer and outer not in compat.sublayers(outer, include_self=False)
+    assert inner in found and inner.layers[1] in found  # the nested Dropout
+
+
+def test_attention_privates_exist():
+    assert params(keras.layers.MultiHeadAttention._compute_attention) == [  # pylint: disable=protected-access
+        "self", "query", "key", "value", "attention_mask", "training",
+        "return_attention_scores", "use_causal_mask"]
+    assert params(keras.layers.Layer._assert_input_compatibility) == ["self", "arg_0"]  # pylint: disable=protected-access
+    attention = keras.layers.MultiHeadAttention(num_heads=2, key_dim=2, dropout=0.25)
+    attention.build((1, 3, 4), (1, 3, 4))
+    assert type(compat.attention_dropout(attention)) is keras.layers.Dropout  # noqa: E721
+    assert compat.attention_dropout(attention).rate == attention.dropout == 0.25
+    assert not compat.attention_gated(attention)
+    assert compat.attention_gated(keras.layers.MultiHeadAttention(2, 2, use_gate=True))
+
+
+# ---------------------------------------------------------------------------------- keras-hub
+def test_encoder_block_parts_are_all_of_a_keras_hub_block():
+    block = keras_hub.layers.TransformerEncoder(intermediate_dim=8, num_heads=2,
+                                                activation="gelu")
+    block.build((1, 3, 4))
+    parts = compat.encoder_block_parts(block)
+    assert [type(p).__name__ for p in parts] == [
+        "MultiHeadAttention", "LayerNormalization", "Dropout", "Dense", "Dense",
+        "LayerNormalization", "Dropout"]
+    assert parts.intermediate_dense.units == 8 and parts.output_dense.units == 4
+    assert parts.intermediate_dense.activation is keras.activations.gelu
+    # Nothing else in the block: a new sublayer would be missed by remat and conversion.
+    inside = compat.sublayers(block, include_self=False)
+    assert {id(x) for x in inside} - {id(p) for p in parts} == {
+        id(x) for x in compat.sublayers(parts.attention, include_self=False)}
+
+
+def test_masked_lm_head_parts():
+    embedding = keras_hub.layers.ReversibleEmbedding(10, 4)
+    embedding.build((1, 3))
+    for tied in (embedding, None):
+        head = keras_hub.layers.MaskedLMHead(vocabulary_size=10, token_embedding=tied,
+                                             activation=None)
+        head(np.zeros((1, 3, 6), "float32"), mask_positions=np.array([[0, 2]]))
+        parts = compat.masked_lm_head_parts(head)
+        assert type(parts.intermediate_dense).__name__ == "Dense"
+        assert type(parts.intermediate_layer_norm).__name__ == "LayerNormalization"
+        assert tuple(parts.bias.shape) == (10,)
+        assert (parts.kernel is None) == (tied is not None)
+
+
+def _tiny_encoder():
+    keras.utils.set_random_seed(0)
+    embeddings = encoder_lib.Embeddings(vocabulary_size=12, embedding_size=8,
+                                        max_sequence_length=6, dropout=0.1)
+    encoder = encoder_lib.Encoder(embeddings, hidden_size=8, num_layers=2, num_heads=2,
+                                  intermediate_size=16, dropout=0.1)
+    inputs = {"token_ids": np.array([[1, 2, 3, 4, 5, 0]] * 2),
+              "segment_ids": np.zeros((2, 6), "int32"),
+              "padding_mask": np.array([[1, 1, 1, 1, 1, 0]] * 2)}
+    encoder.build({k: v.shape for k, v in inputs.items()})
+    return encoder, inputs
+
+
+def test_remat_and_dropout_swaps_happen_on_a_model():
+    """Encoder.build swaps the keras-hub blocks' classes (remat.prepare,
+    dropout.use_hash_dropout) through the parts compat reads."""
+    encoder, _ = _tiny_encoder()
+    for block in encoder.blocks:
+        parts = compat.encoder_block_parts(block)
+        assert type(parts.output_dense) is remat.ActivationFirstDense  # noqa: E721
+        assert parts.intermediate_dense.activation is keras.activations.linear
+        assert type(parts.attention) is remat.SelectiveAttention  # noqa: E721
+        assert type(parts.attention.output_dense) is remat.OutputProjection  # noqa: E721
+        for dropout in (parts.attention_dropout, parts.output_dropout,
+                        compat.attention_dropout(parts.attention)):
+            assert type(dropout) is dropout_lib.HashDropout  # noqa: E721
+    assert not [x for x in compat.sublayers(encoder) if type(x) is keras.layers.Dropout]  # noqa: E721
+
+
+def test_selective_recomputation_runs_through_keras_attention(monkeypatch):
+    """In training under `recomputing("selective")` and `dropout.seeded`, Keras calls
+    our attention core (`compat.AttentionCoreHook`), which projects inside the
+    recomputation and hands the result to the output projection, whose input check
+    Keras skips (`compat.SkippableInputCheck`); the feed-forward recomputes too."""
+    encoder, inputs = _tiny_encoder()
+    cores = counting(monkeypatch, remat.SelectiveAttention, "attention_core")
+    checks = counting(monkeypatch, remat.OutputProjection, "checks_input")
+    handed = counting(monkeypatch, remat.OutputProjection, "pass_through")
+    recomputed = counting(monkeypatch, tf, "recompute_grad")
+    dropout_lib.number_streams(encoder)
+    with remat.recomputing("selective"), dropout_lib.seeded([1, 2]):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(encoder(inputs, training=True))
+    grads = tape.gradient(loss, encoder.trainable_variables)
+    assert all(g is not None for g in grads)
+    assert len(cores) == len(handed) == len(checks) == 2  # one per block
+    assert len(recomputed) == 2 * 2  # attention core and feed-forward, per block
+
+
+# ---------------------------------------------------------------------------------- TensorFlow
+def test_unfolded_shape_is_a_shape_op_and_hash_dropout_uses_it(monkeypatch):
+    assert params(tf.raw_ops.Shape)[:1] == ["input"]
+    calls = counting(monkeypatch, compat, "unfolded_shape")
+    layer = dropout_lib.HashDropout(0.5, seed=1)
+    graph = tf.function(lambda x: layer(x, training=True)).get_concrete_function(
+        tf.TensorSpec([4, 3], tf.float32)).graph
+    assert len(calls) == 1
+    assert "Shape" in {op.type for op in graph.get_operations()}
+
+
+def _write_records(path, records):
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in records:
+            writer.write(record)
+    offsets, position = [], 0
+    with open(path, "rb") as f:
+        data = f.read()
+    while position < len(data):
+        offsets.append(position)
+        position += 12 + struct.unpack("<Q", data[position:position + 8])[0] + 4
+    return offsets
+
+
+def test_tfrecords_from_a_byte_offset_and_order_reads_through_it(tmp_path, monkeypatch):
+    assert params(tf.raw_ops.TFRecordDatasetV2)[:4] == [
+        "filenames", "compression_type", "buffer_size", "byte_offsets"]
+    path = str(tmp_path / "data.tfrecord")
+    records = [f"record {i}".encode() * (i + 1) for i in range(5)]
+    offsets = _write_records(path, records)
+    files = tf.data.Dataset.from_tensor_slices(([path], np.array([offsets[2]], np.int64)))
+    read = files.flat_map(compat.tfrecords_from)
+    assert [r.numpy() for r in read] == records[2:]
+    calls = counting(monkeypatch, compat, "tfrecords_from")
+    stream = order.records(order.chunks_of([path], log=lambda _: None), seed=0,
+                           block_size=2)
+    assert {r.numpy() for r in stream.take(5)} == set(records)
+    assert calls
+
+
+def test_save_tensor_bundle_is_read_as_a_checkpoint(tmp_path):
+    assert params(tf.raw_ops.SaveV2)[:4] == [
+        "prefix", "tensor_names", "shape_and_slices", "tensors"]
+    prefix = str(tmp_path / "model.ckpt")
+    tensors = {"layer_0/kernel": np.arange(6, dtype="float32").reshape(2, 3),
+               "bias": np.ones(3, "float32")}
+    compat.save_tensor_bundle(prefix, tensors)
+    reader = tf.train.load_checkpoint(prefix)
+    for name, value in tensors.items():
+        np.testing.assert_array_equal(reader.get_tensor(name), value)
+
+
+def test_stack_trace_filter_is_tfs_hook_and_tracebacks_use_it(monkeypatch):
+    """TF still has `tf_stack.StackTraceFilter` (else `short_tracebacks` would quietly
+    keep whole stacks), calls our file list when entered, and the filter drops the
+    files' frames from the ops traced under it."""
+    from tensorflow.python.eager.polymorphic_function import polymorphic_function  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+    asked = []
+
+    def files():  # a library file, as short_tracebacks filters
+        asked.append(True)
+        return {polymorphic_function.__file__}
+
+    def mul_frames():
+        graph = tf.function(lambda x: x * 2.0).get_concrete_function(
+            tf.TensorSpec([], tf.float32)).graph
+        op = [op for op in graph.get_operations() if op.type == "Mul"][0]
+        return {frame.filename for frame in op.traceback}
+    assert polymorphic_function.__file__ in mul_frames()
+    stack_filter = compat.stack_trace_filter(files)
+    assert stack_filter is not None
+    with stack_filter:
+        assert polymorphic_function.__file__ not in mul_frames()
+    assert asked
+    assert not isinstance(tracebacks.short_tracebacks(), contextlib.nullcontext)
+    calls = counting(monkeypatch, compat, "stack_trace_filter")
+    tracebacks.short_tracebacks()
+    assert len(calls) == 1
+
+
+def test_onednn_enabled_is_known():
+    assert compat.onednn_enabled() in (True, False)
