@@ -334,6 +334,21 @@ def test_remat_and_dropout_swaps_happen_on_a_model():
     assert not [x for x in compat.sublayers(encoder) if type(x) is keras.layers.Dropout]  # noqa: E721
 
 
+def test_a_swapped_dropout_has_what_hash_dropout_reads():
+    """`use_hash_dropout` swaps the class of Keras' Dropouts: HashDropout's __init__ never
+    runs on them, so what it reads must be Keras' Dropout's own state (or a class
+    default): the rate, the seed generator, no noise shape, and the stream number."""
+    layer = keras.layers.Dropout(0.5, seed=1)
+    assert dropout_lib.use_hash_dropout(layer) == 1
+    assert (layer.rate, layer.noise_shape, layer.stream) == (0.5, None, None)
+    assert isinstance(layer.seed_generator, keras.random.SeedGenerator)
+    out = layer(np.ones((1000,), "float32"), training=True).numpy()
+    assert 0.4 < (out > 0).mean() < 0.6
+    with pytest.raises(ValueError, match="needs a stream number"):
+        with dropout_lib.seeded([1, 2]):
+            layer(np.ones((4,), "float32"), training=True)
+
+
 def test_selective_recomputation_runs_through_keras_attention(monkeypatch):
     """In training under `recomputing("selective")` and `dropout.seeded`, Keras calls
     our attention core (`compat.AttentionCoreHook`), which projects inside the

@@ -71,6 +71,8 @@ def random_bits(shape, seed, offset=0) -> tf.Tensor:
 class HashDropout(keras.layers.Dropout):
     """`keras.layers.Dropout` with a cheap hash-based mask (see the module docstring)."""
 
+    stream = None  # set by `number_streams`; also for a swapped Dropout (no __init__ ran)
+
     def __init__(self, rate, noise_shape=None, seed=None, **kwargs):
         if noise_shape is not None:
             raise ValueError("HashDropout does not support `noise_shape`. "
