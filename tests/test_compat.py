@@ -305,6 +305,19 @@ def test_masked_lm_head_parts():
         assert (parts.kernel is None) == (tied is not None)
 
 
+def test_our_masked_lm_head_goes_through_the_parts(monkeypatch):
+    from electra_tf.model import heads  # pylint: disable=g-import-not-at-top
+    calls = []
+    real = compat.masked_lm_head_parts
+    monkeypatch.setattr(compat, "masked_lm_head_parts",
+                        lambda head: calls.append(head) or real(head))
+    embeddings = encoder_lib.Embeddings(vocabulary_size=10, embedding_size=8)
+    embeddings.build((1, 4))
+    head = heads.masked_lm_head(embeddings)
+    logits = head(np.zeros((1, 4, 16), "float32"), mask_positions=np.array([[1, 2]]))
+    assert calls and all(c is head for c in calls) and logits.shape == (1, 2, 10)
+
+
 def _tiny_encoder():
     keras.utils.set_random_seed(0)
     embeddings = encoder_lib.Embeddings(vocabulary_size=12, embedding_size=8,

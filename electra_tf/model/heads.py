@@ -14,6 +14,7 @@ TensorShape([1, 4])
 import keras
 import keras_hub
 
+from electra_tf import compat
 from electra_tf.model import encoder
 
 
@@ -21,7 +22,7 @@ class MaskedLMHead(keras_hub.layers.MaskedLMHead):
     """keras-hub's `MaskedLMHead` (exactly the original's `get_masked_lm_output`), whose
     output bias also works under a mixed precision policy.
 
-    keras-hub adds its float32 bias with `outputs + self._bias` to float16/bfloat16
+    keras-hub adds its float32 bias to float16/bfloat16
     outputs (its layer does not autocast), which TF refuses: the `AddV2` of a half and
     a float tensor. Here the bias is added in float32, so the logits, which a softmax
     reads next, come out float32. Same variables, same names, same float32 results.
@@ -30,12 +31,13 @@ class MaskedLMHead(keras_hub.layers.MaskedLMHead):
     def call(self, inputs, mask_positions):
         x = keras.ops.take_along_axis(inputs, keras.ops.expand_dims(mask_positions, -1),
                                       axis=1)
-        x = self._intermediate_layer_norm(self._intermediate_dense(x))
+        parts = compat.masked_lm_head_parts(self)  # keras-hub's private sublayers
+        x = parts.intermediate_layer_norm(parts.intermediate_dense(x))
         if self.token_embedding is not None:
             outputs = self.token_embedding(x, reverse=True)
         else:
-            outputs = keras.ops.matmul(x, keras.ops.cast(self._kernel, x.dtype))
-        outputs = keras.ops.cast(outputs, "float32") + keras.ops.cast(self._bias, "float32")
+            outputs = keras.ops.matmul(x, keras.ops.cast(parts.kernel, x.dtype))
+        outputs = keras.ops.cast(outputs, "float32") + keras.ops.cast(parts.bias, "float32")
         return outputs if self.activation is None else self.activation(outputs)
 
 
