@@ -12,6 +12,8 @@ import keras
 import tensorflow as tf
 import tensorflow_text as text
 
+from electra_tf import compat
+
 
 def device() -> str:
     """The CPU's model name and cores (those this process may run on), and any GPUs."""
@@ -40,11 +42,7 @@ def cpu_allocation() -> dict:
     choice by CPU, or TF_ENABLE_ONEDNN_OPTS), and whether oneDNN's allocator pools the
     step's buffers or takes them from malloc (TF_ONEDNN_USE_SYSTEM_ALLOCATOR, set by
     cli.py)."""
-    try:
-        from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
-        onednn = bool(_pywrap_util_port.IsMklEnabled())
-    except (ImportError, AttributeError):  # not in TF's public API: may go away
-        onednn = None
+    onednn = compat.onednn_enabled()  # not in TF's public API: None if it goes away
     return {"glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
             "tf_enable_onednn_opts": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
             "onednn": onednn,
