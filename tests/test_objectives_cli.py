@@ -20,7 +20,7 @@ from electra_tf import errors
 from electra_tf import model_config
 from electra_tf.serving import export
 from electra_tf.text import tokenizer
-from electra_tf.training import loop
+from electra_tf.training import checkpointing
 from tests import helpers
 from tests import test_reliability as reliability
 from tests import test_train
@@ -133,10 +133,10 @@ def test_resuming_with_another_objective_is_refused(tmp_path):
     config.model.objective = "mlm"
     with pytest.raises(errors.UserError, match=(
             r"config.model.objective='mlm', but the run in .* was started with 'electra'")):
-        loop._check_same_run(config, str(tmp_path), tokenizer.Vocab.load(vocab.path))  # pylint: disable=protected-access
+        checkpointing.check_same_run(config, str(tmp_path), tokenizer.Vocab.load(vocab.path))
     config.model.objective = "electra"
-    loop._check_same_run(ml_collections.ConfigDict(config), str(tmp_path),  # pylint: disable=protected-access
-                         tokenizer.Vocab.load(vocab.path))
+    checkpointing.check_same_run(ml_collections.ConfigDict(config), str(tmp_path),
+                                 tokenizer.Vocab.load(vocab.path))
 
 
 TWO_STAGE = ("--config.train.algorithm=two_stage", "--config.train.two_stage_generator_steps=8",

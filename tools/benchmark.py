@@ -13,7 +13,7 @@ Each mode's logic is a module of electra_tf/benchmark/ (training, input_pipeline
 create_data, resume; host.py probes the machine); this tool reads the flags, runs one and
 prints its figures with the host's as one JSON line.
 
---mode=train (the default) times the real `loop.Trainer` on SYNTHETIC batches of the
+--mode=train (the default) times the real `trainer.Trainer` on SYNTHETIC batches of the
 pipeline's exact structure (random ids in a --vocab_size vocabulary), or with --real_data
 on the real pipeline, after --warmup_steps (tracing, XLA compilation): seq/s, the model
 FLOPs, the achieved FLOP/s and the MFU against a matmul peak measured in this process (or

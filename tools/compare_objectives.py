@@ -101,9 +101,9 @@ def budgets(config, vocab, names, budget_objective):
     steps of `budget_objective`."""
     from electra_tf import model_config  # pylint: disable=g-import-not-at-top
     from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
-    from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
+    from electra_tf.data import pipeline  # pylint: disable=g-import-not-at-top
     shape = model_config.shape(config)
-    predictions = loop.masking_config(config, vocab).max_predictions
+    predictions = pipeline.masking_config(config, vocab).max_predictions
 
     def per_step(name):
         return config.train.batch_size * objectives.training_flops(

@@ -27,7 +27,6 @@ from electra_tf.data import masking
 from electra_tf.data import pipeline
 from electra_tf.serving import export
 from electra_tf.text import packer as packer_lib
-from electra_tf.training import loop
 from electra_tf.training import predictions
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The pre-training run's --workdir.",
@@ -68,7 +67,7 @@ def main(argv):
                                f"{model.objective.name!r} detects no replaced tokens: "
                                "nothing to show")
     seq = config.data.max_seq_length
-    masking_config = loop.masking_config(config, vocab)
+    masking_config = pipeline.masking_config(config, vocab)
     if _TEXT.value:
         batch = text_batch(_TEXT.value, vocab, seq, export.lower_case_of(config),
                            masking_config, _SEED.value)

@@ -1,6 +1,6 @@
 """--mode=resume: what resuming costs in the data. For each of `steps` (forged step
 numbers; nothing is trained), the seconds from making the training input
-(`loop.distributed_dataset` at that step, under `config.runtime`'s strategy) to its first
+(`pipeline.distributed_dataset` at that step, under `config.runtime`'s strategy) to its first
 batch, the median of `repeats`; whether the stream started at step s+1 is the stream
 started at s, one batch on; and, for scale, what re-reading every record before the last
 step would take at this machine's TFRecord read rate (what resuming cost before
@@ -28,7 +28,7 @@ def parse_steps(values: list[str]) -> list[int]:
 def run(config, workdir: str, corpus_path: str, vocab, *, seq_len: int, steps: list[int],
         repeats: int = 3, batch_size: int | None = None) -> dict:
     from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
-    from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
+    from electra_tf.data import pipeline  # pylint: disable=g-import-not-at-top
 
     if not steps or min(steps) < 0 or repeats < 1:
         raise errors.UserError("--resume_steps must be >= 0, --resume_repeats >= 1")
@@ -38,11 +38,11 @@ def run(config, workdir: str, corpus_path: str, vocab, *, seq_len: int, steps: l
         config.data.max_seq_length = seq_len
     strategy = distribute.get_strategy(config.runtime)
     files = sample.sample_data(workdir, corpus_path, vocab, seq_len)
-    masking_config = loop.masking_config(config, vocab)
+    masking_config = pipeline.masking_config(config, vocab)
 
     def first_batches(step, n=1):
-        iterator = iter(loop.distributed_dataset(strategy, files, config, masking_config,
-                                                 training=True, step=step))
+        iterator = iter(pipeline.distributed_dataset(strategy, files, config, masking_config,
+                                                     training=True, step=step))
         return [strategy.experimental_local_results(next(iterator)) for _ in range(n)]
 
     first_batches(1)  # tracing and the first reads, out of the timings

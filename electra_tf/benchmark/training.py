@@ -1,4 +1,4 @@
-"""--mode=train: the real `loop.Trainer` (model, optimizer, compiled steps, under
+"""--mode=train: the real `trainer.Trainer` (model, optimizer, compiled steps, under
 `config.runtime`'s strategy) fed synthetic batches (synthetic.py) or, with `real_data`,
 the real pipeline. After `warmup_steps` (tracing, XLA compilation) it times `steps` steps
 in loops of `steps_per_loop` and reports seq/s, the model FLOPs (electra_tf/model/
@@ -7,7 +7,7 @@ flops.py), the achieved FLOP/s and the MFU against a matmul peak measured in thi
 
 `compare_data` answers "is the input pipeline ever the bottleneck?" in one process: on
 real TFRecords (`real_data`, or made from the sample corpus and cached in the workdir) it
-measures the input pipeline alone (`loop.distributed_dataset`, masking included, iterated
+measures the input pipeline alone (`pipeline.distributed_dataset`, masking included, iterated
 without training), then ONE Trainer (one compilation) alternates timed loops on synthetic
 and on real batches of the same shapes and vocabulary.
 
@@ -114,7 +114,7 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
     from electra_tf import model_config  # pylint: disable=g-import-not-at-top
     from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
     from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
-    from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
 
     warmup, per_loop = warmup_steps, steps_per_loop
     if batch_size < 1 or steps < 1 or warmup < 0 or per_loop < 1:
@@ -145,7 +145,7 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
         files, vocab, data_dir = _real_data(config, workdir, real_data, vocab_file,
                                             vocab_size, corpus_copies)
         vocab_size = vocab.size
-        masking_config = loop.masking_config(config, vocab)
+        masking_config = pipeline.masking_config(config, vocab)
         num_predictions = masking_config.max_predictions
     else:
         vocab_size = vocab_size or SYNTHETIC_VOCAB_SIZE
@@ -155,8 +155,8 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
         datasets["synthetic"] = synthetic.synthetic_dataset(strategy, config,
                                                             num_predictions, vocab_size)
     if use_real:
-        datasets["real"] = loop.distributed_dataset(strategy, files, config, masking_config,
-                                                    training=True)
+        datasets["real"] = pipeline.distributed_dataset(strategy, files, config,
+                                                        masking_config, training=True)
     input_rate = None
     if compare_data:  # the real input path alone, before training competes for CPU
         input_rate = sample.batches_per_sec(datasets["real"], input_batches)
@@ -164,7 +164,7 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
     memory.record("datasets")
 
     # ---------------------------------------------------------------- steps
-    trainer = loop.Trainer(config, strategy, vocab_size, num_predictions)
+    trainer = trainer_lib.Trainer(config, strategy, vocab_size, num_predictions)
     memory.record("trainer_built")
     iterators = {name: iter(dataset) for name, dataset in datasets.items()}
     start = time.perf_counter()

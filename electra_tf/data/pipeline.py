@@ -274,3 +274,46 @@ def masking_config_for(vocab: tokenizer_lib.Vocab, max_seq_length: int,
         max_predictions=masking.max_predictions_per_seq(mask_prob, max_seq_length),
         mask_prob=mask_prob, mask_token_rate=mask_token_rate,
         random_token_rate=random_token_rate)
+
+
+# ---------------------------------------------------------------- a run's input wiring
+# What the training loop and the tools read of `config.data` (a run's ConfigDict).
+
+DAMAGED_HINT = (" (config.data.skip_damaged_shards=true reads every shard at start and "
+                "leaves the damaged ones out)")
+
+
+def config_files(config, key: str, vocab: tokenizer_lib.Vocab) -> list[str]:
+    """The checked shard files of `config.data.<key>` (train_files, eval_files); errors
+    name the key."""
+    pattern = config.data[key]
+    if not pattern:
+        raise errors.UserError(f"config.data.{key} is empty: give a data directory, "
+                               "manifest or glob")
+    try:
+        return resolve_files(pattern, config.data.max_seq_length, vocab,
+                             skip_damaged=config.data.skip_damaged_shards)
+    except DamagedShardError as e:
+        raise errors.UserError(f"config.data.{key}: {e}{DAMAGED_HINT}") from None
+    except errors.UserError as e:
+        raise errors.UserError(f"config.data.{key}={pattern!r}: {e}") from None
+
+
+def masking_config(config, vocab: tokenizer_lib.Vocab) -> masking.MaskingConfig:
+    """The masking of `config.data` for `vocab`."""
+    return masking_config_for(
+        vocab, config.data.max_seq_length, config.data.mask_prob,
+        config.data.mask_token_rate, config.data.random_token_rate)
+
+
+def distributed_dataset(strategy, files, config, masking_config, training, step=0):
+    """Masked batches of `files` for `strategy`, from the first batch after the `step`
+    steps before (found by arithmetic, not by reading them: data/order.py)."""
+    def make(context):
+        # Each step takes one batch per replica this pipeline feeds.
+        per_step = context.num_replicas_in_sync // context.num_input_pipelines
+        return pretraining_dataset(
+            files, config.train.batch_size, config.data.max_seq_length, masking_config,
+            is_training=training, input_context=context, seed=config.train.seed,
+            shuffle_buffer=config.data.shuffle_buffer, skip_batches=step * per_step)
+    return strategy.distribute_datasets_from_function(make)

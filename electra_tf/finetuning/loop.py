@@ -38,6 +38,7 @@ from electra_tf.finetuning import model as model_lib
 from electra_tf.finetuning import task as task_lib
 from electra_tf.finetuning import tasks
 from electra_tf.serving import export
+from electra_tf.training import checkpointing
 from electra_tf.training import distribute
 from electra_tf.training import optimizer as optimizer_lib
 from electra_tf.text import tokenizer
@@ -265,9 +266,11 @@ def _finetune(config, workdir, strategy, task, chief) -> dict:
     best_dir = os.path.join(own, "best")
     results_path = os.path.join(own, "results.json")
     state = {"task": task.name, "best": None, "evaluations": []}
-    latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+    # The newest readable checkpoint (one that cannot be read is reported and skipped).
+    latest, _ = checkpointing.restore_newest(
+        os.path.join(workdir, "checkpoints"),
+        lambda path: checkpoint.restore(path).assert_existing_objects_matched())
     if latest:
-        checkpoint.restore(latest).assert_existing_objects_matched()
         chief_results = os.path.join(workdir, "results.json")
         if tf.io.gfile.exists(chief_results):
             with tf.io.gfile.GFile(chief_results) as f:

@@ -29,7 +29,7 @@ import importlib.util, json, os, sys
 import numpy as np
 import tensorflow as tf
 from electra_tf import errors
-from electra_tf.training import distribute, loop
+from electra_tf.training import distribute, trainer as trainer_lib
 
 strategy_name, cpu_devices, out_npz, out_json = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 spec = importlib.util.spec_from_file_location(
@@ -67,7 +67,7 @@ batch = {"input_ids": ids, "input_mask": mask, "segment_ids": segments,
          "masked_input_ids": masked, "masked_lm_positions": positions,
          "masked_lm_ids": labels, "masked_lm_weights": weights}
 
-trainer = loop.Trainer(config, strategy, VOCAB, P)
+trainer = trainer_lib.Trainer(config, strategy, VOCAB, P)
 replicas = strategy.num_replicas_in_sync
 local = BATCH // replicas
 
@@ -84,7 +84,7 @@ other_step_loss, _ = trainer.loss_and_gradients(distributed(list(range(replicas)
 # The same global batch as 2 micro-batches per replica (gradient accumulation), from the
 # same weights: the gradient of the whole batch again.
 config.train.accumulation_steps = 2
-accumulating = loop.Trainer(config, strategy, VOCAB, P)
+accumulating = trainer_lib.Trainer(config, strategy, VOCAB, P)
 for mine, theirs in zip(accumulating.model.variables, trainer.model.variables):
     mine.assign(theirs)
 acc_loss, acc_grads = accumulating.loss_and_gradients(distributed(list(range(replicas))), STEP)
@@ -94,7 +94,7 @@ np.savez(out_npz, loss=np.asarray(loss), acc_loss=np.asarray(acc_loss),
          **{f"acc_grad_{i:03d}": np.asarray(g) for i, g in enumerate(acc_grads)})
 config.train.xla_scope = "whole_step"
 try:
-    loop.Trainer(config, strategy, VOCAB, P)
+    trainer_lib.Trainer(config, strategy, VOCAB, P)
     whole_step_error = None
 except errors.UserError as e:
     whole_step_error = str(e)
@@ -102,7 +102,7 @@ config.train.xla_scope = "auto"
 
 config.train.batch_size = BATCH - 1
 try:
-    loop.Trainer(config, strategy, VOCAB, P)
+    trainer_lib.Trainer(config, strategy, VOCAB, P)
     odd_batch_error = None
 except errors.UserError as e:
     odd_batch_error = str(e)
@@ -329,7 +329,7 @@ def test_the_whole_step_compiles_with_xla_on_one_device(data, accumulation_steps
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from electra_tf.data import pipeline  # pylint: disable=g-import-not-at-top
     from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
-    from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
     spec = importlib.util.spec_from_file_location(
         "electra_config", os.path.join(REPO, "configs", "electra.py"))
     module = importlib.util.module_from_spec(spec)
@@ -347,12 +347,12 @@ def test_the_whole_step_compiles_with_xla_on_one_device(data, accumulation_steps
                                            SEQ, masking_config, seed=0)
     strategy = distribute.get_strategy(config.runtime)
     config.train.xla_scope = "whole_step"
-    trainer = loop.Trainer(config, strategy, vocab.size, masking_config.max_predictions)
+    trainer = trainer_lib.Trainer(config, strategy, vocab.size, masking_config.max_predictions)
     assert trainer.xla_scope == "whole_step"
 
-    step = tf.function(lambda batch, index: strategy.run(trainer._replica_step,  # pylint: disable=protected-access
-                                                         args=(batch, index)),
-                       jit_compile=True)
+    step = tf.function(lambda batch, index: strategy.run(
+        lambda batch, index: trainer.train_step(batch, index, trainer.stage),
+        args=(batch, index)), jit_compile=True)
     batch = next(iter(dataset))
     index = tf.constant(0, tf.int64)
     step(batch, index)
@@ -377,9 +377,8 @@ _WHOLE_STEP_SCRIPT = r"""
 import importlib.util, os, sys
 import numpy as np
 import tensorflow as tf
-from electra_tf.training import distribute, loop
-sys.path.insert(0, "tools")
-import benchmark
+from electra_tf.training import distribute, trainer as trainer_lib
+from electra_tf.benchmark import synthetic
 spec = importlib.util.spec_from_file_location("c", os.path.join("configs", "electra.py"))
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
@@ -395,10 +394,10 @@ for precision, algorithm in (("float32", "joint"), ("float16", "joint"),
         config.model.generator_hidden_fraction = 1.0  # its generator becomes the discriminator
     config.runtime.strategy = "one_device"
     strategy = distribute.get_strategy(config.runtime)
-    examples = benchmark.synthetic_examples(4, 32, 5, 40)
+    examples = synthetic.synthetic_examples(4, 32, 5, 40)
     dataset = strategy.experimental_distribute_dataset(
         tf.data.Dataset.from_tensors(examples).repeat())
-    trainer = loop.Trainer(config, strategy, 40, 5)
+    trainer = trainer_lib.Trainer(config, strategy, 40, 5)
     before = [v.numpy().copy() for v in trainer.model.trainable_variables]
     iterator = iter(dataset)
     trainer.start_loop(0)

@@ -1,6 +1,7 @@
-"""Faults inside the compiled training loop: a non-finite step stops the loop at that
-step; float16 overflows are skipped and counted; SIGTERM stops a long loop mid-call; a
-step out of memory is a one-line error naming the batch size and sequence length."""
+"""Faults inside the compiled training loop (trainer.py, faults.py): a non-finite step
+stops the loop at that step; float16 overflows are skipped and counted; SIGTERM stops a
+long loop mid-call; a step out of memory is a one-line error naming the batch size and
+sequence length; a lost peer is one line naming its cause."""
 
 import os
 import signal
@@ -14,8 +15,10 @@ import tensorflow as tf
 from configs import electra as electra_configs
 from electra_tf import errors
 from electra_tf.training import distribute
+from electra_tf.training import faults
 from electra_tf.training import loop
 from electra_tf.training import preemption
+from electra_tf.training import trainer as trainer_lib
 from tests import helpers
 
 VOCAB, SEQ, P, BATCH = 40, 16, 3, 4
@@ -30,7 +33,7 @@ def _trainer(mixed_precision="float32"):
     config.runtime.strategy = "one_device"
     config.train.jit_compile = False  # the loop's logic is the same; tracing is faster
     strategy = distribute.get_strategy(config.runtime)
-    trainer = loop.Trainer(config, strategy, VOCAB, P)
+    trainer = trainer_lib.Trainer(config, strategy, VOCAB, P)
     rng = np.random.default_rng(0)
     ids = rng.integers(5, VOCAB, (BATCH, SEQ)).astype(np.int32)
     positions = np.tile(np.arange(1, P + 1, dtype=np.int32), (BATCH, 1))
@@ -117,9 +120,10 @@ def test_out_of_memory_names_the_batch_and_length_and_keeps_the_checkpoint(tmp_p
     message = ("Graph execution error:\n\nOut of memory while trying to allocate "
                "30.36GiB.\nHint: If you want to see a list of allocated tensors ...")
 
-    def out_of_memory(self, iterator, num_steps):
+    def out_of_memory(iterator, num_steps):
         raise tf.errors.ResourceExhaustedError(None, None, message)
-    monkeypatch.setattr(loop.Trainer, "_train_loop_fn", out_of_memory)
+    monkeypatch.setattr(trainer_lib.Trainer, "_compile_loop",
+                        lambda self, stage: out_of_memory)
     vocab = helpers.write_vocab(str(tmp_path))
     config = electra_configs.get_config("tiny")
     config.data.train_files = helpers.make_data(str(tmp_path), vocab, max_seq_length=32)
@@ -157,7 +161,7 @@ def test_the_first_loop_runs_its_compiling_step_alone_under_trimming(monkeypatch
             yield
         trimmed.append((start, int(split.step.numpy())))
 
-    monkeypatch.setattr(loop.memory, "trimming", recording)
+    monkeypatch.setattr(trainer_lib.memory, "trimming", recording)
     split.run_loop(split_iterator, 5)
     split.run_loop(split_iterator, 3)
     assert int(split.step.numpy()) == 8
@@ -167,3 +171,13 @@ def test_the_first_loop_runs_its_compiling_step_alone_under_trimming(monkeypatch
     assert _run(whole, whole_iterator, 8) == 8
     for a, b in zip(split.model.trainable_variables, whole.model.trainable_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+
+
+def test_a_lost_peer_is_one_line_naming_the_cause_and_the_last_checkpoint(tmp_path):
+    error = tf.errors.UnavailableError(
+        None, None, "Collective ops is aborted by: ...\n\n{{function_node "
+        "__inference_loop_123}} Socket closed\n\t [[{{node CollectiveReduceV2}}]]")
+    text = str(faults.lost_peer(error, 7, str(tmp_path)))
+    assert text == ("lost contact with another worker near step 7 (Socket closed): start "
+                    "every worker again with the same command to resume from the last "
+                    "checkpoint (none yet: from step 0)")

@@ -1,5 +1,6 @@
-"""Gradient accumulation, recomputation (selective, the default, and whole blocks) and the
-whole step under XLA change how a step is computed, never what it computes: each variant
+"""The Trainer's step (training/trainer.py). Gradient accumulation, recomputation
+(selective, the default, and whole blocks) and the whole step under XLA change how a step
+is computed, never what it computes: each variant
 trains three steps on one batch from the same weights and must end where the plain step
 (nothing recomputed) ends (weights and metrics), up to float rounding. One device here;
 accumulation under MirroredStrategy is in test_distribute.py."""
@@ -14,7 +15,7 @@ from configs import electra as electra_config
 from electra_tf import errors
 from electra_tf.model import remat
 from electra_tf.training import distribute
-from electra_tf.training import loop
+from electra_tf.training import trainer as trainer_lib
 
 VOCAB, SEQ, P, BATCH, STEPS = 40, 32, 5, 8, 3
 
@@ -56,7 +57,7 @@ def _trainer(**train):
     """(trainer with the seed's weights, an iterator repeating `_batch()`)."""
     config = _config(**train)
     strategy = distribute.get_strategy(config.runtime)
-    trainer = loop.Trainer(config, strategy, VOCAB, P)
+    trainer = trainer_lib.Trainer(config, strategy, VOCAB, P)
     data = tf.data.Dataset.from_tensors(
         {k: tf.constant(v) for k, v in _batch().items()}).repeat()
     return trainer, iter(strategy.experimental_distribute_dataset(data))
@@ -92,7 +93,7 @@ def test_the_plain_step_moves_the_weights(plain):
     assert trainer.xla_scope == "forward_backward" and trainer.accumulation_steps == 1
     assert trainer.remat == "none"
     assert metrics["grad_norm"] > 0 and np.isfinite(metrics["loss"])
-    fresh = loop.Trainer(_config(), trainer.strategy, VOCAB, P)  # the seed's weights
+    fresh = trainer_lib.Trainer(_config(), trainer.strategy, VOCAB, P)  # the seed's weights
     moved = max(float(np.abs(w - v.numpy()).max())
                 for w, v in zip(weights, fresh.model.trainable_variables))
     assert moved > 1e-3  # well above the tolerance the variants are held to
@@ -181,12 +182,12 @@ def test_bad_values_are_one_line_errors_naming_the_key():
             ({"xla_scope": "everything"}, "config.train.xla_scope='everything': choose one "
              "of auto, whole_step, forward_backward")):
         with pytest.raises(errors.UserError) as raised:
-            loop.Trainer(_config(**train), strategy, VOCAB, P)
+            trainer_lib.Trainer(_config(**train), strategy, VOCAB, P)
         assert str(raised.value) == message
-    assert loop.xla_scope(_config(jit_compile=False).train, strategy) == "none"
+    assert trainer_lib.xla_scope(_config(jit_compile=False).train, strategy) == "none"
     with pytest.raises(errors.UserError, match="xla_scope='whole_step' needs "
                        "config.train.jit_compile=true"):
-        loop.xla_scope(_config(jit_compile=False, xla_scope="whole_step").train, strategy)
+        trainer_lib.xla_scope(_config(jit_compile=False, xla_scope="whole_step").train, strategy)
 
 
 def test_the_step_seeds_each_pass_as_the_model_does(plain):
@@ -226,11 +227,11 @@ def test_gradients_add_dense_sliced_and_absent():
     total = tf.ones([4, 2])
     sliced = tf.IndexedSlices(tf.constant([[1.0, 2.0], [3.0, 4.0]]), tf.constant([1, 1]),
                               tf.constant([4, 2]))
-    np.testing.assert_array_equal(loop._add_gradient(total, sliced).numpy(),
+    np.testing.assert_array_equal(trainer_lib._add_gradient(total, sliced).numpy(),
                                   [[1, 1], [5, 7], [1, 1], [1, 1]])
-    np.testing.assert_array_equal(loop._add_gradient(total, 2 * total).numpy(),
+    np.testing.assert_array_equal(trainer_lib._add_gradient(total, 2 * total).numpy(),
                                   3 * np.ones([4, 2]))
-    assert loop._add_gradient(total, None) is total
+    assert trainer_lib._add_gradient(total, None) is total
 
 
 def test_the_steps_ops_keep_short_stacks(plain):

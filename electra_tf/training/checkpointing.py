@@ -1,0 +1,173 @@
+"""Checkpoints of a run: what they hold, restoring the newest readable one, and the checks
+that a workdir is resumed by the same run.
+
+A pre-training checkpoint is `tf.train.Checkpoint(step, model, optimizer, **the
+algorithm's items)` (`checkpoint_of`): those names are the format, and every older
+checkpoint restores by them. TF writes a checkpoint's files first and then, atomically,
+the `checkpoint` state file that names it, so a crash while saving leaves the previous one
+the latest; `restore_newest` also falls back past one that cannot be read (a damaged
+disk), for pre-training and fine-tuning alike.
+"""
+
+import json
+import os
+from typing import Any, Callable
+
+import ml_collections
+import tensorflow as tf
+from absl import logging
+
+from electra_tf import errors
+from electra_tf import model_config
+from electra_tf.data import order
+from electra_tf.text import tokenizer
+
+
+def checkpoint_of(trainer) -> tf.train.Checkpoint:
+    """What a pre-training checkpoint holds: the step, the model, the optimizer (its
+    iteration count, slots and loss scale) and the algorithm's items (two_stage: its
+    switch step and discriminator optimizer)."""
+    return tf.train.Checkpoint(step=trainer.step, model=trainer.model,
+                               optimizer=trainer.optimizer,
+                               **trainer.algorithm.checkpoint_items())
+
+
+def restore_newest(directory: str, restore: Callable[[str], Any]) -> tuple[str | None, Any]:
+    """Calls `restore(path)` on the newest checkpoint of `directory`, and on the one
+    before it while a checkpoint cannot be read (each reported); returns (its path, what
+    `restore` returned), or (None, None) where `directory` holds no checkpoint.
+
+    Raises RunError when none of the checkpoints can be read."""
+    state = tf.train.get_checkpoint_state(directory)
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    if state and state.model_checkpoint_path and state.model_checkpoint_path not in paths:
+        paths.append(state.model_checkpoint_path)
+    paths = [p if os.path.isabs(p) else os.path.join(directory, p) for p in paths]
+    for path in reversed(paths):
+        try:
+            return path, restore(path)
+        except (tf.errors.OpError, IndexError) as e:  # IndexError: a truncated data file
+            logging.error("Cannot read checkpoint %s (%s): trying the one before it", path,
+                          (str(e).strip().splitlines() or [type(e).__name__])[0])
+    if paths:
+        raise errors.RunError(f"none of the checkpoints in {directory} can be read "
+                              f"({', '.join(os.path.basename(p) for p in paths)})")
+    return None, None
+
+
+def restore(trainer, checkpoint, directory) -> str | None:
+    """Restores the newest readable checkpoint of `directory` into `checkpoint`
+    (`checkpoint_of(trainer)`); returns its path, None where there is none.
+
+    A converted checkpoint (tools/convert_checkpoint.py) holds the step and the model
+    only: it starts a fresh optimizer (and warm-up) on the converted weights. One written
+    before some of the algorithm's items existed starts those afresh.
+    """
+    def restore_one(path):
+        saved = {name.split("/")[0] for name, _ in tf.train.list_variables(path)}
+        items = trainer.algorithm.checkpoint_items()
+        missing = sorted(set(items) - saved)
+        restoring = checkpoint if "optimizer" in saved and not missing else (
+            tf.train.Checkpoint(step=trainer.step, model=trainer.model)
+            if "optimizer" not in saved else tf.train.Checkpoint(
+                step=trainer.step, model=trainer.model, optimizer=trainer.optimizer,
+                **{k: v for k, v in items.items() if k in saved}))
+        restoring.restore(path).assert_existing_objects_matched()
+        if missing and "optimizer" in saved:  # written before these items existed
+            logging.warning("Checkpoint %s has no %s: starting it afresh", path,
+                            ", ".join(missing))
+        return saved
+
+    path, saved = restore_newest(directory, restore_one)
+    if path is None:
+        logging.info("No checkpoint in %s: starting from step 0", directory)
+        return None
+    logging.info("Resumed from %s at step %d%s", path, int(trainer.step.numpy()),
+                 "" if "optimizer" in saved else " (no optimizer state: a new one)")
+    if "optimizer" not in saved:
+        _warn_if_fresh_generator(os.path.dirname(directory), trainer.model)
+    return path
+
+
+def _warn_if_fresh_generator(workdir, model):
+    """A workdir converted from a discriminator alone (its converted.json, written by
+    tools/convert_checkpoint.py) has a generator of fresh weights: say so."""
+    path = os.path.join(workdir, "converted.json")
+    if not tf.io.gfile.exists(path):
+        return
+    with tf.io.gfile.GFile(path) as f:
+        converted = json.load(f)
+    if converted.get("generator") == "fresh":
+        logging.warning(
+            "%s was converted from a discriminator alone (%s): the generator starts from "
+            "fresh weights (hidden %d, %d layers) and trains from here with the converted "
+            "discriminator", workdir, converted.get("source"),
+            model.generator_size.hidden_size, model.generator_size.num_layers)
+
+
+# (section, key, the value of a config.json written before the key existed)
+_RUN_IDENTITY = (("model", "objective", "electra"), ("train", "algorithm", "joint"),
+                 ("train", "two_stage_generator_steps", 0))
+
+
+def check_same_run(config, workdir, vocab):
+    """A workdir holds one run: resuming it with another model, objective, sequence
+    length, batch size, seed or vocab would not continue it (or fail deep in restore)."""
+    path = os.path.join(workdir, "config.json")
+    if not tf.io.gfile.exists(path):
+        return
+    with tf.io.gfile.GFile(path) as f:
+        saved = json.load(f)
+    before = model_config.shape(ml_collections.ConfigDict(saved))
+    now = model_config.shape(config)
+    if before != now:
+        old, new = _flat(before.to_dict()), _flat(now.to_dict())
+        changed = [key for key in new if new[key] != old[key]]
+        raise errors.UserError(
+            ", ".join(f"{model_config.config_key(k)}={new[k]!r}" for k in changed)
+            + f", but the run in {workdir} was started with "
+            + ", ".join(repr(old[k]) for k in changed)
+            + f" ({path}): use another --workdir, or the same model shape to resume")
+    # What is trained: another objective has other variables and other losses.
+    for section, key, default in _RUN_IDENTITY:
+        before = saved.get(section, {}).get(key, default)
+        now = config[section].get(key, default)
+        if before != now:
+            raise errors.UserError(
+                f"config.{section}.{key}={now!r}, but the run in {workdir} was started with "
+                f"{before!r} ({path}): use another --workdir, or the same value to resume")
+    # Once it has trained (a converted workdir is at step 0), also what the position in
+    # the data stream depends on.
+    latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+    trained = latest and not latest.endswith("-0")
+    for section, key in ((("data", "max_seq_length"), ("data", "shuffle_buffer"),
+                          ("train", "batch_size"), ("train", "seed")) if trained else ()):
+        before = saved.get(section, {}).get(key)
+        now = config[section][key]
+        if before is not None and before != now:
+            raise errors.UserError(
+                f"config.{section}.{key}={now!r}, but the run in {workdir} was started with "
+                f"{before!r} ({path}): use another --workdir, or the same value to resume")
+    if trained and saved.get("data_order") != order.VERSION:
+        logging.warning(
+            "The run in %s was started with an older data order (%s); it continues with "
+            "this version's (%s): from %s on it reads other examples than the older version "
+            "would have", workdir, saved.get("data_order", "a shuffle buffer"), order.VERSION,
+            os.path.basename(latest))
+    vocab_copy = os.path.join(workdir, "vocab.txt")
+    if tf.io.gfile.exists(vocab_copy):
+        if tokenizer.Vocab.load(vocab_copy).sha256 != vocab.sha256:
+            raise errors.UserError(
+                f"config.data.vocab_file={config.data.vocab_file!r} differs from the vocab "
+                f"the run in {workdir} was started with ({vocab_copy})")
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    """{"a.b": value} of a nested dict."""
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

@@ -1,0 +1,424 @@
+"""The Trainer: the model, optimizer, metrics and compiled steps of one pre-training run.
+
+One step of one replica (`train_step`), read top to bottom:
+
+    global counts (all-reduce) ─► for each micro-batch (1 unless accumulation_steps):
+        [XLA] forward: generator ─► sample ─► discriminator ─► losses scaled to these
+        rows' share of the global mean ─► gradients (summed) ─► metrics
+    ─► all-reduce (sum) ─► optimizer: clip to global norm, weight decay, AdamW
+
+(That is the `electra` objective under the `joint` algorithm: the forward pass, the loss
+and the metrics are the objective's, `model/objectives/`; which variables a step trains by
+which loss and optimizer is the algorithm's stage's, `training/algorithms.py`.) What XLA
+compiles of it is chosen in one place, the `# ---- what XLA compiles` block of
+`Trainer.__init__`.
+
+`steps_per_loop` such steps run inside one `tf.function` (one host round-trip per loop,
+which is what TPUs need), one per stage of the algorithm, its stage bound when it is
+made (`train_loop`). The loop ends early, at a step boundary, when SIGTERM has set
+`stop_requested` or a step's losses or gradient norm were not finite (`nonfinite`).
+
+Every random draw of step t is a function of (seed, t), so a resumed run repeats an
+uninterrupted one: the sampling noise is made of stateless integer draws `[global_batch,
+P]` seeded by (seed, t), of which each replica (and micro-batch) takes its rows, and the
+dropout masks are stateless hashes of (seed, t, layer, global element index)
+(`model/dropout.py`); both are therefore also the same whatever the number of replicas
+or micro-batches. The masks of the data are functions of (seed, batch index)
+(`data/pipeline.py`).
+"""
+
+import keras
+import tensorflow as tf
+
+from electra_tf import errors
+from electra_tf import model_config
+from electra_tf import progress
+from electra_tf.model import remat
+from electra_tf.training import algorithms
+from electra_tf.training import distribute
+from electra_tf.training import memory
+from electra_tf.training import metrics as metrics_lib
+from electra_tf.training import optimizer as optimizer_lib
+from electra_tf.training import predictions
+from electra_tf.training import tracebacks
+
+SUM = tf.distribute.ReduceOp.SUM
+
+
+class Trainer:
+    """The model, optimizer, metrics and compiled steps of one run, under one strategy."""
+
+    def __init__(self, config, strategy, vocab_size: int, num_predictions: int):
+        self.config = config
+        self.strategy = strategy
+        self.num_predictions = num_predictions
+        self.global_batch = config.train.batch_size
+        self.local_batch = distribute.local_batch_size(strategy, self.global_batch)
+        self.accumulation_steps = micro_batches(config.train, self.local_batch)
+        self.remat = config.train.get("remat", "selective")
+        if self.remat not in remat.MODES:
+            raise errors.UserError(f"config.train.remat={self.remat!r}: choose one of "
+                                   f"{', '.join(remat.MODES)}")
+        self.policy = distribute.dtype_policy(config.train.mixed_precision, strategy)
+        seq_length = config.data.max_seq_length
+        with strategy.scope():
+            keras.utils.set_random_seed(config.train.seed)
+            self.model = model_config.pretrainer(config, vocab_size, dtype=self.policy)
+            self.model.build_for(seq_length, num_predictions)
+            self.optimizer = optimizer_lib.create_optimizer(config.train, self.model,
+                                                            self.policy)
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+            objective = model_config.objective_name(config)
+            # Which variables each step trains, by which loss (checked: errors name keys).
+            self.algorithm = algorithms.get(config)
+            self.algorithm.build(config.train, self.model, self.policy)
+            self.train_metrics = metrics_lib.PretrainingMetrics(config.model.disc_weight,
+                                                                objective)
+            self.eval_metrics = metrics_lib.PretrainingMetrics(config.model.disc_weight,
+                                                               objective)
+        # The loss, its metrics and what is checked finite (model/objectives/).
+        self.objective = self.train_metrics.objective
+        # Host state that the compiled loop reads or writes once per step.
+        self.stop_requested = tf.Variable(False, trainable=False, name="stop_requested")
+        # (step, which): the first step whose losses (bit 2^i: the objective's
+        # `loss_names[i]`; electra: mlm_loss 1, rtd_loss 2) or gradient norm (the next
+        # bit) was not finite; step -1 while none was.
+        self.nonfinite = tf.Variable([-1, 0], dtype=tf.int64, trainable=False,
+                                     name="nonfinite")
+        # float16: steps the loss-scale optimizer skipped (overflowing gradients).
+        self.skipped_steps = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                         name="skipped_steps")
+        self.loss_scaling = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+
+        # ---- what XLA compiles: decided here and nowhere else (`xla_scope` picks it).
+        #   whole_step        `train_step` is one program (we compile it; TPUStrategy
+        #                     compiles every step by itself), the forward/backward pass a
+        #                     plain call inside it: a jit_compile function nested in
+        #                     another gets the variables it reads as compile-time
+        #                     constants (TF 2.21) and compiles again at every step.
+        #   forward_backward  each micro-batch's `_forward_backward` is one program; the
+        #                     all-reduce, clipping and update run as TF ops.
+        #   none              nothing (config.train.jit_compile=false).
+        self.xla_scope = xla_scope(config.train, strategy)
+        jit = config.train.jit_compile
+        whole_step = self.xla_scope == "whole_step"
+        self._jit_step = whole_step and not distribute.is_tpu(strategy)
+        self._forward_backward = (self._forward_backward_pass if whole_step else
+                                  tf.function(self._forward_backward_pass, jit_compile=jit))
+        self._forward = tf.function(self._forward_pass, jit_compile=jit)  # evaluation
+
+        self.stage = self.algorithm.stage(0)  # host state: `start_loop` sets it
+        self._train_loops = {}  # stage → its compiled loop (`train_loop`)
+        self._compiled_stages = set()  # stages whose loop has run (`run_loop`)
+        self.eval_batch = tf.function(self._eval_batch_fn)
+        self.predict = predictions.predict_fn(self.model)  # the predictions view's
+
+    # ------------------------------------------------------------------ the step
+    def train_step(self, batch, step, stage: str):
+        """One step of this replica at `step`: gradients → update → metrics. Returns
+        `[losses + 1]`: how many replicas (all workers) found each loss (electra:
+        mlm_loss, rtd_loss) and the gradient norm not finite; the same on every replica,
+        so all of them stop at the same step."""
+        grads, values = self.gradients(batch, step, stage, self.train_metrics)
+        grad_norm = tf.linalg.global_norm(grads)
+        optimizer = self.stage_optimizer(stage)
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+            grad_norm /= tf.cast(optimizer.dynamic_scale, grad_norm.dtype)
+        optimizer.apply_gradients(zip(grads, self.algorithm.variables(self.model, stage)))
+        self.train_metrics.update_grad_norm(grad_norm)
+        finite = tf.math.is_finite(tf.stack([values[k] for k in self.objective.loss_names]
+                                            + [tf.cast(grad_norm, tf.float32)]))
+        return tf.distribute.get_replica_context().all_reduce(
+            SUM, tf.cast(tf.logical_not(finite), tf.float32))
+
+    def gradients(self, batch, step, stage: str, metrics=None):
+        """(gradients summed over replicas, loss values) of this replica's rows at `step`;
+        each micro-batch's outputs go to `metrics` (a `PretrainingMetrics`) if given.
+
+        With `accumulation_steps` N > 1 the rows are N micro-batches, run one after the
+        other, their gradients summed. Every micro-batch's loss is normalised by the
+        counts of the whole global batch and draws the sampling noise and the dropout
+        masks of its own rows of it, so the sum is the gradient of one step on the whole
+        batch (up to float rounding), and the metrics are the same."""
+        variables = self.algorithm.variables(self.model, stage)
+        counts = self._global_counts(batch)
+        uniform = self._uniform(self.config.train.seed, step)
+        dropout_seed = tf.stack([tf.constant(self.config.train.seed, tf.int64),
+                                 tf.cast(step, tf.int64)])
+        replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group,
+                          tf.int32)
+        n = self.accumulation_steps
+        if n == 1:
+            grads, outputs, values = self._forward_backward(batch, uniform, counts,
+                                                            dropout_seed, replica, stage)
+            # Dense, as the accumulated sum is: the norm (clipping, grad_norm) of an
+            # IndexedSlices gradient would count its repeated rows one by one.
+            grads = [tf.zeros(v.shape, v.dtype) if g is None else tf.convert_to_tensor(g)
+                     for g, v in zip(grads, variables)]
+            if metrics is not None:
+                metrics.update(batch, outputs, values)
+        else:
+            def split(t):  # [n · size, ...] → [n, size, ...]: static micro-batch shapes
+                return tf.reshape(t, [n, self.local_batch // n] + t.shape[1:].as_list())
+            batches, uniforms = {k: split(t) for k, t in batch.items()}, split(uniform)
+            grads = [tf.zeros(v.shape, v.dtype) for v in variables]
+            values = {k: tf.constant(0.0) for k in self.objective.loss_names}
+            for micro in tf.range(n):
+                micro_batch = {k: t[micro] for k, t in batches.items()}
+                micro_grads, outputs, micro_values = self._forward_backward(
+                    micro_batch, uniforms[micro], counts, dropout_seed, replica * n + micro,
+                    stage)
+                grads = [_add_gradient(g, m) for g, m in zip(grads, micro_grads)]
+                values = {k: values[k] + micro_values[k] for k in values}
+                if metrics is not None:
+                    metrics.update(micro_batch, outputs, micro_values)
+        # Sum over replicas here (not in Keras) so that clipping sees the global gradient.
+        return tf.distribute.get_replica_context().all_reduce(SUM, grads), values
+
+    def _forward_backward_pass(self, batch, uniform, counts, dropout_seed, block, stage):
+        """forward → loss → gradients of one (micro-)batch: (gradients of the stage's
+        variables, the outputs the metrics read, loss values). `block`: which
+        `len(batch)`-row block of the global batch this is, for the dropout masks (the
+        replica; with accumulation, replica · N + micro-batch)."""
+        variables = self.algorithm.variables(self.model, stage)
+        # The model seeds each pass's masks from dropout_seed (the generator's salted);
+        # what remat recomputes redraws the masks of its forward call.
+        with remat.recomputing(self.remat):
+            with tf.GradientTape() as tape:
+                outputs = self.model(batch, uniform=uniform, dropout_seed=dropout_seed,
+                                     replica=block, training=True)
+                loss, values = self.objective.loss(outputs, batch, *counts)
+                # Keep only what the metrics read: never return [B, P, V] logits from XLA.
+                compact = self.objective.compact(outputs)
+                loss = self.algorithm.loss(self.objective, loss, values, stage)
+                scaled = self.stage_optimizer(stage).scale_loss(loss)  # float16 scaling
+            return tape.gradient(scaled, variables), compact, values
+
+    def _forward_pass(self, batch, uniform, counts):
+        outputs = self.model(batch, uniform=uniform, dropout_seed=None, replica=0,
+                             training=False)
+        _, values = self.objective.loss(outputs, batch, *counts)
+        return self.objective.compact(outputs), values
+
+    def _uniform(self, seed, index):
+        """This replica's rows of the `[global_batch, P]` sampling noise for `index`.
+
+        Made from integer draws: TF's kernel and XLA give the same stateless integers but
+        not the same floats (they map bits to floats differently), and the noise must not
+        depend on which of them runs the step (the whole step compiled or not, one device
+        or several). The top 24 bits, times 2^-24: exact float32s in [0, 1)."""
+        bits = tf.random.stateless_uniform(
+            [self.global_batch, self.num_predictions],
+            seed=tf.stack([tf.cast(seed, tf.int64), tf.cast(index, tf.int64)]),
+            minval=None, maxval=None, dtype=tf.uint32)
+        noise = tf.cast(tf.bitwise.right_shift(bits, tf.constant(8, tf.uint32)),
+                        tf.float32) * 2.0**-24
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        return tf.slice(noise, [replica * self.local_batch, 0],
+                        [self.local_batch, self.num_predictions])
+
+    def _global_counts(self, batch):
+        """Masked positions and real tokens in the GLOBAL batch: the loss normalizers."""
+        counts = tf.stack([tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32)),
+                           tf.reduce_sum(tf.cast(batch["input_mask"], tf.float32))])
+        counts = tf.distribute.get_replica_context().all_reduce(SUM, counts)
+        return counts[0], counts[1]
+
+    def stage_optimizer(self, stage=None):
+        """The optimizer of `stage` (default: the current one): the run's `optimizer`,
+        or the algorithm's own (two_stage's discriminator stage)."""
+        return self.algorithm.optimizer(stage or self.stage, self.optimizer)
+
+    # ------------------------------------------------------------------ the loop
+    @property
+    def train_loop(self):
+        """The compiled loop of the current stage, `(iterator, num_steps)`: made once per
+        stage, so a stage's trace never runs another's step."""
+        if self.stage not in self._train_loops:
+            self._train_loops[self.stage] = self._compile_loop(self.stage)
+        return self._train_loops[self.stage]
+
+    def _compile_loop(self, stage: str):
+        """`num_steps` steps of `stage` in one `tf.function`; fewer when a stop is
+        requested or a step is not finite (checked before every step)."""
+        def step_fn(batch, step):
+            return self.train_step(batch, step, stage)
+        if self._jit_step:
+            step_fn = tf.function(step_fn, jit_compile=True)
+
+        def loop(iterator, num_steps):
+            # Short stacks on the traced ops: less memory held after XLA's compilation
+            # (training/tracebacks.py).
+            with tracebacks.short_tracebacks():
+                # The stop test in the condition: a `break` would nest the step in one more
+                # graph, with its own copy of the compiled pass (BENCHMARKS.md, "Memory").
+                done = tf.zeros_like(num_steps)
+                while tf.logical_and(done < num_steps, tf.logical_not(tf.logical_or(
+                        self.stop_requested.read_value(), self.nonfinite[0] >= 0))):
+                    bad = self.strategy.run(step_fn,
+                                            args=(next(iterator), self.step.value()))
+                    self.step.assign_add(1)
+                    self._record_nonfinite(
+                        self.strategy.experimental_local_results(bad)[0] > 0)
+                    done += 1
+        return tf.function(loop)
+
+    def run_loop(self, iterator, num_steps: int) -> None:
+        """`num_steps` steps through `train_loop`, as one call of it would run them. The
+        first call of a stage runs its first step (the one that compiles) alone under
+        `memory.trimming()`: what compiling freed goes back to the OS before the steps'
+        working set comes on top of it (BENCHMARKS.md, "Memory")."""
+        if self.stage not in self._compiled_stages and num_steps > 0:
+            self._compiled_stages.add(self.stage)
+            with memory.trimming():
+                self.train_loop(iterator, tf.constant(1))
+            num_steps -= 1
+            if not num_steps:
+                return
+        self.train_loop(iterator, tf.constant(num_steps))
+
+    def start_loop(self, step: int) -> None:
+        """On the host, before a loop that starts at `step`: the algorithm's stage there
+        (and, at two_stage's switch, the discriminator's initialisation)."""
+        self.algorithm.begin(self.model, step)
+        self.stage = self.algorithm.stage(step)
+
+    def _record_nonfinite(self, bad):
+        """bad: [losses + 1] bool, each loss (`loss_names`) and the gradient norm not
+        finite at this step."""
+        if self.loss_scaling:
+            # float16: the optimizer has skipped the update (and lowered the loss scale).
+            self.skipped_steps.assign_add(tf.cast(bad[-1], tf.int64))
+            bad = tf.concat([bad[:-1], [False]], 0)
+        bits = tf.constant([2**i for i in range(len(self._checked_names))], tf.int64)
+        which = tf.reduce_sum(tf.cast(bad, tf.int64) * bits)
+        first = tf.logical_and(which > 0, self.nonfinite[0] < 0)
+        self.nonfinite.assign(tf.where(first, tf.stack([self.step.value(), which]),
+                                       self.nonfinite.value()))
+
+    def nonfinite_step(self) -> tuple[int, list[str]] | None:
+        """(step, names of the non-finite quantities) of the first bad step, or None."""
+        step, which = (int(v) for v in self.nonfinite.numpy())
+        if step < 0:
+            return None
+        return step, [name for i, name in enumerate(self._checked_names) if which & 2**i]
+
+    @property
+    def _checked_names(self):
+        return (*self.objective.loss_names, "gradient norm")
+
+    # ------------------------------------------------------------------ evaluation
+    def _eval_batch_fn(self, batch, index):
+        def replica_fn(batch, index):
+            counts = self._global_counts(batch)
+            # A fixed noise stream per evaluation batch: evaluations are comparable.
+            uniform = self._uniform(self.config.train.seed + 1, index)
+            outputs, values = self._forward(batch, uniform, counts)
+            self.eval_metrics.update(batch, outputs, values)
+        with tracebacks.short_tracebacks():
+            self.strategy.run(replica_fn, args=(batch, index))
+
+    def evaluate(self, dataset, num_batches: int) -> dict[str, float]:
+        self.eval_metrics.reset()
+        seen = 0
+        # A line every 30 s: an evaluation of a large model can take minutes.
+        bar = progress.Progress(num_batches, "eval batches", every_secs=30,
+                                first_line_now=False)
+        for index, batch in enumerate(dataset):
+            if index >= num_batches:
+                break
+            self.eval_batch(batch, tf.constant(index, tf.int64))
+            seen += 1
+            bar.update(seen)
+        if not seen:
+            raise errors.UserError("config.data.eval_files: fewer examples than one "
+                                   f"global batch ({self.global_batch})")
+        return self.eval_metrics.result()
+
+    def loss_and_gradients(self, dist_batch, step):
+        """(loss, gradients) of one distributed global batch at `step`, by the training
+        step's path (global counts, noise rows, forward/backward, all-reduce) without the
+        update: the loss summed over replicas (the global mean) and the all-reduced
+        gradients, dense, in the order of the step's variables (joint:
+        `model.trainable_variables`). For comparing strategies."""
+        stage = self.algorithm.stage(step)
+
+        def replica_fn(batch, step):
+            grads, values = self.gradients(batch, step, stage)
+            loss = self.objective.total(values)
+            return loss, [tf.convert_to_tensor(g) for g in grads]
+
+        def run(dist_batch, step):
+            loss, grads = self.strategy.run(replica_fn, args=(dist_batch, step))
+            return (self.strategy.reduce(SUM, loss, axis=None),
+                    [self.strategy.experimental_local_results(g)[0] for g in grads])
+        # Compiled as the step is: whole where the step is compiled whole; else its
+        # forward/backward pass is.
+        return tf.function(run, jit_compile=self._jit_step or None)(
+            dist_batch, tf.constant(step, tf.int64))
+
+
+# Not autograph-converted: autograph would copy short_tracebacks()' file set for each of
+# the per-variable calls the micro-batch loop traces (BENCHMARKS.md, "Memory").
+@tf.autograph.experimental.do_not_convert
+def _add_gradient(total, gradient):
+    """total + gradient, for a gradient that may be `IndexedSlices` (an embedding's rows).
+    Scattered with the total's static row count: XLA cannot convert IndexedSlices to
+    dense inside a loop (their dense shape is not a compile-time constant there)."""
+    if gradient is None:  # a variable this objective does not use
+        return total
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.tensor_scatter_nd_add(total, gradient.indices[:, None], gradient.values)
+    return total + gradient
+
+
+XLA_SCOPES = ("auto", "whole_step", "forward_backward")
+
+
+def xla_scope(train_config, strategy) -> str:
+    """What XLA compiles of a training step: "whole_step" (the forward/backward pass,
+    all-reduce, clipping, optimizer update and metrics in one program), "forward_backward"
+    (the rest runs as TensorFlow ops) or "none" (`jit_compile=False`).
+
+    `auto`: the whole step on TPUs (TPUStrategy compiles every step whole) and on one GPU
+    (the optimizer's few hundred small kernels and their launches leave the step); the
+    forward/backward pass on a CPU, where the whole step is a little faster but holds more
+    memory (BENCHMARKS.md, "Memory"), and under Mirrored and multi-worker strategies,
+    which cannot compile the cross-device all-reduce and update.
+    """
+    scope = train_config.get("xla_scope", "auto")
+    if scope not in XLA_SCOPES:
+        raise errors.UserError(f"config.train.xla_scope={scope!r}: choose one of "
+                               f"{', '.join(XLA_SCOPES)}")
+    if distribute.is_tpu(strategy):
+        return "whole_step"  # TPUStrategy compiles every step whole, whatever is asked
+    if not train_config.jit_compile:
+        if scope == "whole_step":
+            raise errors.UserError("config.train.xla_scope='whole_step' needs "
+                                   "config.train.jit_compile=true")
+        return "none"
+    one_device = isinstance(strategy, tf.distribute.OneDeviceStrategy)
+    if scope == "whole_step":
+        if not one_device:
+            raise errors.UserError(
+                f"config.train.xla_scope='whole_step' needs one device or a TPU; "
+                f"{type(strategy).__name__} compiles the forward/backward pass only "
+                "(use auto)")
+        return "whole_step"
+    if scope == "auto" and one_device and distribute.device_kind(strategy) == "gpu":
+        return "whole_step"
+    return "forward_backward"
+
+
+def micro_batches(train_config, local_batch: int) -> int:
+    """`config.train.accumulation_steps`, checked against this replica's batch rows."""
+    n = train_config.get("accumulation_steps", 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise errors.UserError(f"config.train.accumulation_steps={n!r}: give a whole number "
+                               ">= 1 (1: no accumulation)")
+    if local_batch % n:
+        raise errors.UserError(
+            f"config.train.accumulation_steps={n} does not divide the {local_batch} rows each "
+            f"replica gets of config.train.batch_size={train_config.batch_size}: choose a "
+            "divisor")
+    return n

@@ -1,0 +1,103 @@
+"""Restoring the newest readable checkpoint (pre-training and fine-tuning alike), what a
+pre-training checkpoint holds, and a converted (model-only) checkpoint's restore. The
+run-identity checks are exercised through the binary in tests/test_train.py and
+tests/test_objectives_cli.py; a damaged checkpoint in a real run in
+tests/test_reliability.py."""
+
+import glob
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from electra_tf import errors
+from electra_tf.training import algorithms
+from electra_tf.training import checkpointing
+
+
+class _Run:
+    """What `restore` reads of a Trainer: step, model, optimizer, algorithm."""
+
+    def __init__(self, weights=(0.0, 0.0), moment=0.0):
+        self.step = tf.Variable(0, dtype=tf.int64)
+        self.model = tf.Module()
+        self.model.kernel = tf.Variable(weights)
+        self.optimizer = tf.Module()
+        self.optimizer.moment = tf.Variable(moment)
+        self.algorithm = algorithms.Joint(None)
+
+
+def _save(directory, steps):
+    """Checkpoints at `steps`, the weights [step, -step] and moment step at each."""
+    run = _Run()
+    manager = tf.train.CheckpointManager(checkpointing.checkpoint_of(run), directory,
+                                         max_to_keep=None, step_counter=run.step)
+    for step in steps:
+        run.step.assign(step)
+        run.model.kernel.assign([step, -step])
+        run.optimizer.moment.assign(step)
+        manager.save(checkpoint_number=step)
+
+
+def _damage(directory, step):
+    (data,) = glob.glob(os.path.join(directory, f"ckpt-{step}.data-*"))
+    with open(data, "r+b") as f:
+        f.truncate(3)
+
+
+def test_a_checkpoint_holds_step_model_optimizer_by_those_names(tmp_path):
+    """The names are the format: checkpoints of every earlier version restore by them."""
+    _save(str(tmp_path), [1])
+    saved = {name.split("/")[0] for name, _ in
+             tf.train.list_variables(str(tmp_path / "ckpt-1"))}
+    assert {"step", "model", "optimizer"} <= saved
+
+
+def test_the_newest_readable_checkpoint_is_restored_past_a_damaged_one(tmp_path, caplog):
+    directory = str(tmp_path)
+    _save(directory, [1, 2, 3])
+    _damage(directory, 3)
+    run = _Run()
+    path = checkpointing.restore(run, checkpointing.checkpoint_of(run), directory)
+    assert path == os.path.join(directory, "ckpt-2")
+    assert int(run.step.numpy()) == 2 and float(run.optimizer.moment.numpy()) == 2.0
+    np.testing.assert_array_equal(run.model.kernel.numpy(), [2.0, -2.0])
+    assert any(r.getMessage().startswith(f"Cannot read checkpoint {directory}/ckpt-3")
+               for r in caplog.records), caplog.text
+
+
+def test_restore_newest_any_checkpoint(tmp_path):
+    """What fine-tuning calls: any `tf.train.Checkpoint`, restored by the caller's
+    function; none at all is (None, None); none readable is one RunError line."""
+    directory = str(tmp_path)
+    assert checkpointing.restore_newest(directory, lambda path: 1 / 0) == (None, None)
+    _save(directory, [4, 5])
+    run = _Run()
+    checkpoint = tf.train.Checkpoint(step=run.step, model=run.model,
+                                     optimizer=run.optimizer)
+    _damage(directory, 5)
+    path, _ = checkpointing.restore_newest(
+        directory, lambda p: checkpoint.restore(p).assert_existing_objects_matched())
+    assert path.endswith("ckpt-4") and int(run.step.numpy()) == 4
+    _damage(directory, 4)
+    with pytest.raises(errors.RunError, match=r"^none of the checkpoints in .* can be "
+                       r"read \(ckpt-4, ckpt-5\)$"):
+        checkpointing.restore_newest(
+            directory, lambda p: checkpoint.restore(p).assert_existing_objects_matched())
+
+
+def test_a_converted_checkpoint_restores_the_model_and_keeps_a_fresh_optimizer(tmp_path):
+    directory = str(tmp_path)
+    converted = _Run(weights=(7.0, 8.0))
+    tf.train.Checkpoint(step=converted.step, model=converted.model).save(
+        os.path.join(directory, "ckpt"))
+    run = _Run(moment=0.5)
+    assert checkpointing.restore(run, checkpointing.checkpoint_of(run), directory)
+    np.testing.assert_array_equal(run.model.kernel.numpy(), [7.0, 8.0])
+    assert float(run.optimizer.moment.numpy()) == 0.5  # untouched: a new optimizer
+
+
+def test_no_checkpoint_starts_from_step_0(tmp_path):
+    run = _Run()
+    assert checkpointing.restore(run, checkpointing.checkpoint_of(run), str(tmp_path)) is None
+    assert int(run.step.numpy()) == 0
