@@ -6,6 +6,7 @@ renames a private hook fails here by name, instead of changing the arithmetic in
 (Keras summing gradients twice, a block that no longer recomputes, stacks kept whole).
 """
 
+import collections
 import contextlib
 import inspect
 import json
@@ -464,3 +465,21 @@ def test_stack_trace_filter_is_tfs_hook_and_tracebacks_use_it(monkeypatch):
 
 def test_onednn_enabled_is_known():
     assert compat.onednn_enabled() in (True, False)
+
+
+def test_conversion_goes_through_the_parts(monkeypatch):
+    """The weight table reads blocks and the generator head through compat."""
+    from electra_tf.convert import table  # pylint: disable=g-import-not-at-top
+    from electra_tf.model import sizes  # pylint: disable=g-import-not-at-top
+    tiny = sizes.SIZES["tiny"]
+    model = table.build_pretrainer(table.ModelSpec(vocab_size=30, shape=sizes.ModelShape(
+        tiny, sizes.generator_size(tiny, 0.5))))
+    calls = collections.Counter()
+    for name in ("encoder_block_parts", "masked_lm_head_parts"):
+        real = getattr(compat, name)
+        monkeypatch.setattr(compat, name,
+                            lambda x, real=real, name=name: calls.update([name]) or real(x))
+    slots = table.pretrainer_slots(model)
+    blocks = tiny.num_layers * 2  # the discriminator's and the generator's
+    assert calls == {"encoder_block_parts": blocks, "masked_lm_head_parts": 1}
+    assert any(s.name.startswith("generator_predictions/") for s in slots)

@@ -30,6 +30,7 @@ import keras
 import keras_hub
 import numpy as np
 
+from electra_tf import compat
 from electra_tf import errors
 from electra_tf.model import encoder
 from electra_tf.model import heads
@@ -119,9 +120,10 @@ def _embedding_slots(scope, token, position, segment, layer_norm):
 
 
 def _block_slots(prefix, block):
-    """One keras-hub `TransformerEncoder` as the original's `layer_N` (private attributes:
-    keras-hub exposes no others; its own checkpoint converters use the same ones)."""
-    attention = block._self_attention_layer  # pylint: disable=protected-access
+    """One keras-hub `TransformerEncoder` as the original's `layer_N` (its private
+    sublayers, through compat: keras-hub exposes no others)."""
+    parts = compat.encoder_block_parts(block)
+    attention = parts.attention
     slots = []
     for name in ("query", "key", "value"):
         dense = getattr(attention, f"{name}_dense")
@@ -135,12 +137,10 @@ def _block_slots(prefix, block):
     slots += [Slot(f"{prefix}/attention/output/dense/kernel", output.kernel,
                     (num_heads * head_size, hidden)),
               _plain(f"{prefix}/attention/output/dense/bias", output.bias)]
-    # pylint: disable=protected-access
-    slots += _layer_norm(f"{prefix}/attention/output/LayerNorm",
-                         block._self_attention_layer_norm)
-    slots += _dense(f"{prefix}/intermediate/dense", block._feedforward_intermediate_dense)
-    slots += _dense(f"{prefix}/output/dense", block._feedforward_output_dense)
-    slots += _layer_norm(f"{prefix}/output/LayerNorm", block._feedforward_layer_norm)
+    slots += _layer_norm(f"{prefix}/attention/output/LayerNorm", parts.attention_layer_norm)
+    slots += _dense(f"{prefix}/intermediate/dense", parts.intermediate_dense)
+    slots += _dense(f"{prefix}/output/dense", parts.output_dense)
+    slots += _layer_norm(f"{prefix}/output/LayerNorm", parts.output_layer_norm)
     return slots
 
 
@@ -176,11 +176,11 @@ def pretrainer_slots(model: pretrainer.ElectraPretrainer,
         slots += _ours_embedding_slots("generator/embeddings", model.generator.embeddings)
     if tie != "all":  # under 'all' the generator's encoder is the discriminator's
         slots += _encoder_slots("generator", model.generator)
-    mlm = model.generator_head  # keras-hub MaskedLMHead; the projection is the embeddings
-    # pylint: disable=protected-access
-    slots += _dense("generator_predictions/dense", mlm._intermediate_dense)
-    slots += _layer_norm("generator_predictions/LayerNorm", mlm._intermediate_layer_norm)
-    slots.append(_plain("generator_predictions/output_bias", mlm._bias))
+    # keras-hub's MaskedLMHead; the projection is the embeddings
+    mlm = compat.masked_lm_head_parts(model.generator_head)
+    slots += _dense("generator_predictions/dense", mlm.intermediate_dense)
+    slots += _layer_norm("generator_predictions/LayerNorm", mlm.intermediate_layer_norm)
+    slots.append(_plain("generator_predictions/output_bias", mlm.bias))
     return slots
 
 

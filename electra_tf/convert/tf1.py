@@ -14,6 +14,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import compat
 from electra_tf.convert import files
 from electra_tf.convert import table
 from electra_tf.model import sizes
@@ -122,12 +123,9 @@ def read(path: str, num_heads: int | None = None,
 def write(weights: table.Weights, output: str, vocab_file: str | None = None) -> str:
     """`output/model.ckpt` with the original's names (readable by its run_finetuning.py
     and by `read`), and vocab.txt. Returns the checkpoint prefix."""
-    names = sorted(weights.tensors)
     with files.new_directory(output) as tmp:
         # TF1's Saver writes this format: a tensor bundle keyed by variable name.
-        tf.raw_ops.SaveV2(prefix=os.path.join(tmp, "model.ckpt"), tensor_names=names,
-                          shape_and_slices=[""] * len(names),
-                          tensors=[weights.tensors[name] for name in names])
+        compat.save_tensor_bundle(os.path.join(tmp, "model.ckpt"), weights.tensors)
         with open(os.path.join(tmp, "checkpoint"), "w", encoding="utf-8") as f:
             f.write('model_checkpoint_path: "model.ckpt"\n')  # for tf.train.latest_checkpoint
         files.copy_vocab(vocab_file, weights.spec, tmp)
