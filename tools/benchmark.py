@@ -40,7 +40,7 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before Keras is imported
 
-from electra_tf import cli  # first: quiets TF's start-up logging  # noqa: E402
+from electra_tf import cli  # noqa: E402
 cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import json

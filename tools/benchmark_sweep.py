@@ -18,7 +18,7 @@ on the undivided CPU, then `strategy=mirrored` over `--cpu_devices` logical CPUs
 share the same cores and thread pools), and reports seq/s per replica and the speed-up.
 """
 
-from electra_tf import cli  # first: quiets TF's start-up logging
+from electra_tf import cli
 cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import datetime

@@ -11,7 +11,7 @@ With `--heldout_output`, every `--heldout_every`-th document goes there instead,
 evaluation set the model never trains on.
 """
 
-from electra_tf import cli  # first: quiets TF's start-up logging
+from electra_tf import cli
 cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 from absl import flags

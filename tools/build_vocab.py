@@ -10,7 +10,7 @@ An existing `--output` is replaced only with `--overwrite`, and only once the ne
 is complete.
 """
 
-from electra_tf import cli  # first: quiets TF's start-up logging
+from electra_tf import cli
 cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import time

@@ -24,7 +24,7 @@ runs/OBJECTIVE and finetune/TASK/OBJECTIVE hold the runs (re-running resumes the
 another task re-uses the pre-training runs).
 """
 
-from electra_tf import cli  # first: quiets TF's start-up logging
+from electra_tf import cli
 cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import csv

@@ -24,7 +24,7 @@ exactly (float32, bit for bit); keras-hub's backbone computes gelu with the tanh
 approximation, so its outputs differ from ours in the 4th decimal.
 """
 
-from electra_tf import cli  # first: quiets TF's start-up logging
+from electra_tf import cli
 cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import importlib.util

@@ -9,7 +9,7 @@ Writes `pretrain_data.tfrecord-XXXXX-of-YYYYY` shards (one per ~64 MB of text un
 the vocab's hash, the tokenizer settings and the shard list. Deterministic for a --seed.
 """
 
-from electra_tf import cli  # first: quiets TF's start-up logging
+from electra_tf import cli
 cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 from absl import flags

@@ -11,7 +11,7 @@ Writes TF Serving's layout (`MODEL_BASE/<version>/saved_model.pb`, `variables/`,
 inputs and outputs are listed in electra_tf/serving/export.py and the README.
 """
 
-from electra_tf import cli  # first: quiets TF's start-up logging
+from electra_tf import cli
 cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 from absl import flags

@@ -6,7 +6,7 @@ Reads through the training pipeline (manifest checks, parsing, dynamic masking),
 it prints is exactly what pre-training consumes.
 """
 
-from electra_tf import cli  # first: quiets TF's start-up logging
+from electra_tf import cli
 cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import os

@@ -7,7 +7,7 @@ discriminator's RTD loss and its AUC; training (lines, from `logs/train`) and
 evaluation on held-out data (markers, from `logs/eval`). Several workdirs share the axes.
 """
 
-from electra_tf import cli  # first: quiets TF's start-up logging
+from electra_tf import cli
 cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import glob

@@ -12,7 +12,7 @@ a page with the same view and a per-token table. The view at each evaluation of 
 in TensorBoard (Text, tag "predictions").
 """
 
-from electra_tf import cli  # first: quiets TF's start-up logging
+from electra_tf import cli
 cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import os
