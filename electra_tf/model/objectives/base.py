@@ -3,9 +3,9 @@ serving head and its FLOPs, behind one interface (`Objective`).
 
 The pre-trainer (`model/pretrainer.py`) builds the layers an objective asks for
 (`uses_generator`, `make_head`) and hands its forward pass to `Objective.forward`; the
-train step (`training/loop.py`) calls `loss`, `compact` and, through
-`training/metrics.py`, `metric_inputs` and `detection`; export calls `serve`; `objectives.training_flops`
-calls `training_flops`. None of them names an objective.
+train step calls `loss`, `compact` and, through `training/metrics.py`, `metric_inputs`
+and `detection`; export calls `serve`; `objectives.training_flops` calls
+`training_flops`. None of them names an objective.
 
 The pieces several objectives share are here: the generator's metrics and the serving
 output of a masked-LM head.
