@@ -9,8 +9,6 @@ for SQuAD the best step's DIR/predictions.json (and null_odds.json for 2.0).
 Re-running the same command resumes.
 """
 
-import os
-
 from absl import app
 from absl import flags
 from absl import logging
@@ -27,12 +25,13 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
     from electra_tf.finetuning import loop  # pylint: disable=g-import-not-at-top
     logging.set_verbosity(logging.INFO)
     metrics = loop.finetune(_CONFIG.value, _WORKDIR.value)
     for split, values in metrics.items():
         print(f"best {split}: " + " ".join(f"{k}={v:.4f}" for k, v in values.items()))
-    print(f"results: {os.path.join(_WORKDIR.value, 'results.json')}")
+    print(f"results: {workdir_lib.path(_WORKDIR.value, workdir_lib.RESULTS)}")
 
 
 if __name__ == "__main__":

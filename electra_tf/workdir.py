@@ -1,5 +1,17 @@
-"""The workdir of a run: one run at a time holds it (`Lock`), and what a killed run left
-half-written is cleared before the next one writes (`remove_partial_files`).
+"""The workdir of a run: the files it holds (their names, read and written here alone),
+one run at a time (`Lock`), and what a killed run left half-written cleared before the
+next one writes (`remove_partial_files`).
+
+    WORKDIR/config.json      the resolved config the run was started with (CONFIG)
+            vocab.txt        a copy of the vocab the data was made with (VOCAB)
+            checkpoints/     tf.train.CheckpointManager's (CHECKPOINTS)
+            logs/            TensorBoard: train, eval (fine-tuning: one per dev split)
+            lock.json        the run that holds the workdir (LOCK_FILE)
+            converted.json   a converted run: what it came from (CONVERTED)
+            pretrained.json  fine-tuning: the encoder's shape and tokenization (PRETRAINED)
+            results.json     fine-tuning: every evaluation and the best (RESULTS)
+            best/, export/   fine-tuning: the best checkpoint, its SavedModel per step
+            tmp/worker_N/    multi-worker: what the other workers must write aside (TMP)
 
 A lock is a file, `WORKDIR/lock.json`, naming its holder (host, pid, when it started, the
 command) and a heartbeat the holder refreshes. It is made by an atomic "create if absent"
@@ -36,11 +48,82 @@ from absl import logging
 
 from electra_tf import errors
 
+CONFIG = "config.json"
+VOCAB = "vocab.txt"
+CHECKPOINTS = "checkpoints"
+LOGS = "logs"
 LOCK_FILE = "lock.json"
+CONVERTED = "converted.json"
+PRETRAINED = "pretrained.json"
+RESULTS = "results.json"
+BEST = "best"
+EXPORT = "export"
+TMP = "tmp"
 # Refreshed by the holder this often; a lock from another host whose heartbeat is older
 # than STALE_AFTER_SECS is taken to be left by a run that is gone.
 HEARTBEAT_SECS = 60
 STALE_AFTER_SECS = 600
+
+
+def path(workdir: str, *names: str) -> str:
+    """WORKDIR/NAME/...: `path(workdir, CHECKPOINTS)`."""
+    return os.path.join(workdir, *names)
+
+
+def checkpoints(workdir: str) -> str:
+    return path(workdir, CHECKPOINTS)
+
+
+def latest_checkpoint(workdir: str) -> str | None:
+    """The prefix of the newest checkpoint the workdir's state file names, or None."""
+    return tf.train.latest_checkpoint(checkpoints(workdir))
+
+
+def worker_dir(workdir: str, worker_id: int) -> str:
+    """Where a multi-worker run's non-chief worker writes what it must (collectives)."""
+    return path(workdir, TMP, f"worker_{worker_id}")
+
+
+def read_json(workdir: str, name: str) -> dict | None:
+    """WORKDIR/NAME's object, None if there is no such file; a one-line error naming the
+    file if it is not a JSON object."""
+    file = path(workdir, name)
+    if not tf.io.gfile.exists(file):
+        return None
+    try:
+        with tf.io.gfile.GFile(file) as f:
+            value = json.load(f)
+    except ValueError as e:
+        raise errors.UserError(f"{file}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise errors.UserError(f"{file}: not a JSON object")
+    return value
+
+
+def write_text(workdir: str, name: str, text: str) -> str:
+    """WORKDIR/NAME (NAME may hold folders) written whole or not at all: a temporary file,
+    then a rename (a crash leaves the old file or the new). Returns the path."""
+    file = path(workdir, name)
+    tf.io.gfile.makedirs(os.path.dirname(file))
+    tmp = file + ".tmp"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write(text)
+    tf.io.gfile.rename(tmp, file, overwrite=True)
+    return file
+
+
+def write_json(workdir: str, name: str, value: dict) -> str:
+    return write_text(workdir, name, json.dumps(value, indent=2) + "\n")
+
+
+def copy_vocab(workdir: str, vocab_file: str) -> str:
+    """WORKDIR/vocab.txt: a copy of `vocab_file` (whole or not at all) unless it is that
+    file; returns its path."""
+    copy = path(workdir, VOCAB)
+    if os.path.abspath(vocab_file) != os.path.abspath(copy):
+        tf.io.gfile.copy(vocab_file, copy + ".tmp", overwrite=True)
+        tf.io.gfile.rename(copy + ".tmp", copy, overwrite=True)
+    return copy
 
 
 def _is_local(path: str) -> bool:

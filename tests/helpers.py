@@ -116,6 +116,16 @@ def train_command(data, workdir, *overrides, steps=300) -> list[str]:
         "--config.train.eval_steps=5", *overrides]
 
 
+def finetune_command(task, workdir, pretrained, data_dir, *overrides, seq=16) -> list[str]:
+    """`python -m electra_tf.finetune` on `configs/finetune.py:TASK` from the pre-trained
+    run `pretrained`, the task's files in `data_dir`, sequence `seq` (later overrides
+    win; with workdir None, give --workdir among them)."""
+    return [sys.executable, "-m", "electra_tf.finetune", f"--config=configs/finetune.py:{task}",
+            *([f"--workdir={workdir}"] if workdir else []),
+            f"--config.init_checkpoint={pretrained}", f"--config.data.dir={data_dir}",
+            f"--config.data.max_seq_length={seq}", *overrides]
+
+
 def forge_step(checkpoint_dir, step):
     """Writes the newest checkpoint of `checkpoint_dir` again as ckpt-STEP with its step
     variable set to `step`, every other tensor as it was, and makes it the latest: a run

@@ -6,7 +6,6 @@ through the binaries: exit 2, the workdir untouched."""
 import copy
 import os
 import subprocess
-import sys
 
 import ml_collections
 import pytest
@@ -150,9 +149,7 @@ def test_the_binary_exits_2_with_the_workdir_untouched(data, tmp_path, override,
 def test_finetune_binary_exits_2_before_writing(tmp_path):
     run = tmp_path / "run"
     result = subprocess.run(
-        [sys.executable, "-m", "electra_tf.finetune",
-         "--config=configs/finetune.py:mrpc", f"--workdir={run}",
-         "--config.init_checkpoint=/nonexistent", "--config.train.epochs=-1"],
+        helpers.finetune_command("mrpc", run, "/nonexistent", "", "--config.train.epochs=-1"),
         cwd=helpers.ROOT, capture_output=True, text=True, timeout=300,
         env=helpers.child_env())
     assert result.returncode == 2, result.stderr[-2000:]

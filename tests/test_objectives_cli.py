@@ -37,11 +37,6 @@ CASES = {**{name: (name, ()) for name in OWN_METRIC},
          "electra_gdes": ("electra", ("--config.model.tie=gdes",))}
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return helpers.write_training_data(tmp_path_factory.mktemp("objectives"))
-
-
 def _command(data, workdir, objective, *overrides, steps=20):
     return helpers.train_command(data, workdir, *RUN, f"--config.model.objective={objective}",
                                  *overrides, steps=steps)

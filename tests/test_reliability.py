@@ -29,11 +29,6 @@ RUN = ("--config.data.eval_files=", "--config.train.checkpoint_every=10",
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return helpers.write_training_data(tmp_path_factory.mktemp("reliability"))
-
-
-@pytest.fixture(scope="module")
 def uninterrupted(data, tmp_path_factory):
     """The final checkpoint of a run that nothing interrupts."""
     workdir = str(tmp_path_factory.mktemp("uninterrupted") / "run")

@@ -28,11 +28,6 @@ RUN = ("--config.data.eval_files=", "--config.train.checkpoint_every=10",
        "--config.train.steps_per_loop=5", "--config.train.log_every=10")
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return helpers.write_training_data(tmp_path_factory.mktemp("shapes"))
-
-
 def _run(command, **kwargs):
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
                             **kwargs)
@@ -87,9 +82,7 @@ def test_shape_trains_resumes_exactly_exports_and_serves(shape, data, tmp_path):
 
     if shape == "custom":  # fine-tuning reads the shape from the run's config.json
         task_data = test_finetune._toy_data(tmp_path, "sst2", 48, 16)  # pylint: disable=protected-access
-        result = _run([sys.executable, "-m", "electra_tf.finetune",
-                       "--config=configs/finetune.py:sst2", f"--workdir={tmp_path}/sst2",
-                       f"--config.init_checkpoint={whole}", f"--config.data.dir={task_data}",
-                       "--config.data.max_seq_length=32", "--config.train.batch_size=16",
-                       "--config.train.epochs=1", "--config.runtime.strategy=one_device"])
+        result = _run(helpers.finetune_command(
+            "sst2", f"{tmp_path}/sst2", whole, task_data, "--config.train.batch_size=16",
+            "--config.train.epochs=1", "--config.runtime.strategy=one_device", seq=32))
         assert "best validation: accuracy=" in result.stdout

@@ -5,7 +5,6 @@ import glob
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
@@ -14,11 +13,6 @@ from electra_tf.data import order
 from tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return helpers.write_training_data(tmp_path_factory.mktemp("train"))
 
 
 def _train(data, workdir, *overrides, steps=300):

@@ -144,3 +144,39 @@ def test_the_binary_refuses_a_held_workdir_and_writes_nothing(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith(f"error: {run} is in use by another run (pid {os.getpid()}")
     assert "Traceback" not in result.stderr
+
+
+# Files that hold a run's names for another format or their own folder, not a run's.
+_OTHER_FORMATS = {
+    "electra_tf/convert/hf.py": "Hugging Face's own config.json and vocab.txt",
+    "electra_tf/convert/tf1.py": "the vocab.txt beside an original TF1 checkpoint",
+    "electra_tf/convert/files.py": "any format's output folder gets a vocab.txt",
+    "electra_tf/text/packer.py": "the export's vocab asset",
+    "electra_tf/benchmark/sample.py": "the benchmark's own cache of sample data",
+}
+
+
+def test_only_workdir_py_spells_a_runs_file_names():
+    """Every file a run writes and reads is named in electra_tf/workdir.py alone (string
+    constants outside docstrings; `tmp` and `logs` are too common a word to scan)."""
+    import ast  # pylint: disable=g-import-not-at-top
+    names = {workdir_lib.CONFIG, workdir_lib.VOCAB, workdir_lib.CHECKPOINTS,
+             workdir_lib.CONVERTED, workdir_lib.PRETRAINED, workdir_lib.RESULTS,
+             workdir_lib.LOCK_FILE}
+    found = []
+    package = os.path.join(helpers.ROOT, "electra_tf")
+    for folder, _, files in os.walk(package):
+        for file in files:
+            path = os.path.join(folder, file)
+            relative = os.path.relpath(path, helpers.ROOT)
+            if not file.endswith(".py") or relative in (
+                    "electra_tf/workdir.py", *_OTHER_FORMATS):
+                continue
+            tree = ast.parse(open(path, encoding="utf-8").read())
+            docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                          if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+                          and node.body and isinstance(node.body[0], ast.Expr)}
+            found += [f"{relative}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
+                      if isinstance(node, ast.Constant) and node.value in names
+                      and id(node) not in docstrings]
+    assert not found, found

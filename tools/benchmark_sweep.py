@@ -19,7 +19,8 @@ share the same cores and thread pools), and reports seq/s per replica and the sp
 """
 
 from electra_tf import cli
-cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
+if __name__ == "__main__":  # run as a tool, not imported (tests import some tools)
+    cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import datetime
 import json

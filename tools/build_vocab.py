@@ -11,7 +11,8 @@ is complete.
 """
 
 from electra_tf import cli
-cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
+if __name__ == "__main__":  # run as a tool, not imported (tests import some tools)
+    cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import time
 

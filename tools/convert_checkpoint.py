@@ -25,7 +25,8 @@ approximation, so its outputs differ from ours in the 4th decimal.
 """
 
 from electra_tf import cli
-cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
+if __name__ == "__main__":  # run as a tool, not imported (tests import some tools)
+    cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import importlib.util
 import os

@@ -10,7 +10,8 @@ the vocab's hash, the tokenizer settings and the shard list. Deterministic for a
 """
 
 from electra_tf import cli
-cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
+if __name__ == "__main__":  # run as a tool, not imported (tests import some tools)
+    cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 from absl import flags
 

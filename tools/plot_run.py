@@ -8,7 +8,8 @@ evaluation on held-out data (markers, from `logs/eval`). Several workdirs share 
 """
 
 from electra_tf import cli
-cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
+if __name__ == "__main__":  # run as a tool, not imported (tests import some tools)
+    cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import glob
 import os

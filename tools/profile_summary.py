@@ -15,7 +15,8 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from electra_tf import cli  # noqa: E402
-cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
+if __name__ == "__main__":  # run as a tool, not imported (tests import some tools)
+    cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import json
 

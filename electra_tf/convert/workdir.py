@@ -16,11 +16,9 @@ import tensorflow as tf
 
 from electra_tf import errors
 from electra_tf import model_config
+from electra_tf import workdir as workdir_lib
 from electra_tf.convert import files
 from electra_tf.convert import table
-
-CONVERTED = "converted.json"  # in a workdir written by `write`: what it came from
-
 
 def read(path: str, num_heads: int | None = None,
          generator_num_heads: int | None = None) -> table.Weights:
@@ -58,11 +56,10 @@ def read(path: str, num_heads: int | None = None,
 def _fresh_generator(workdir: str, checkpoint: str) -> bool:
     """Whether `checkpoint`'s generator was never trained: the workdir was converted from
     a discriminator alone, and this is still the converted ckpt-0."""
-    path = os.path.join(workdir, CONVERTED)
-    if os.path.basename(checkpoint) != "ckpt-0" or not tf.io.gfile.exists(path):
+    if os.path.basename(checkpoint) != "ckpt-0":
         return False
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f).get("generator") == "fresh"
+    converted = workdir_lib.read_json(workdir, workdir_lib.CONVERTED) or {}
+    return converted.get("generator") == "fresh"
 
 
 def write(weights: table.Weights, output: str, vocab_file: str | None = None, *,
@@ -84,15 +81,15 @@ def write(weights: table.Weights, output: str, vocab_file: str | None = None, *,
     table.load_into(table.pretrainer_slots(model, generator=weights.spec.has_generator),
                     weights)
     with files.new_directory(output) as tmp:
-        config["data"]["vocab_file"] = os.path.join(output, "vocab.txt")
+        config["data"]["vocab_file"] = workdir_lib.path(output, workdir_lib.VOCAB)
         files.copy_vocab(vocab_file, weights.spec, tmp)
-        files.write_json(config, os.path.join(tmp, "config.json"))
-        files.write_json({"source": weights.source,
-                          "generator": "converted" if weights.spec.has_generator else "fresh",
-                          "lower_case": weights.lower_case},
-                         os.path.join(tmp, CONVERTED))
+        workdir_lib.write_json(tmp, workdir_lib.CONFIG, config)
+        workdir_lib.write_json(tmp, workdir_lib.CONVERTED, {
+            "source": weights.source,
+            "generator": "converted" if weights.spec.has_generator else "fresh",
+            "lower_case": weights.lower_case})
         checkpoint = tf.train.Checkpoint(step=tf.Variable(0, dtype=tf.int64), model=model)
-        manager = tf.train.CheckpointManager(checkpoint, os.path.join(tmp, "checkpoints"),
+        manager = tf.train.CheckpointManager(checkpoint, workdir_lib.checkpoints(tmp),
                                              max_to_keep=1)
         path = manager.save(checkpoint_number=0)
-    return os.path.join(output, "checkpoints", os.path.basename(path))
+    return os.path.join(workdir_lib.checkpoints(output), os.path.basename(path))

@@ -18,7 +18,6 @@ it). The loop knows tasks only through `task.Task`: a new task is a new module.
 """
 
 import contextlib
-import json
 import math
 import os
 
@@ -32,7 +31,6 @@ from electra_tf import errors
 from electra_tf import model_config
 from electra_tf import progress
 from electra_tf import workdir as workdir_lib
-from electra_tf.data import writer
 from electra_tf.finetuning import hparams
 from electra_tf.finetuning import model as model_lib
 from electra_tf.finetuning import task as task_lib
@@ -45,9 +43,6 @@ from electra_tf.text import tokenizer
 from electra_tf.training import summaries
 
 SUM = tf.distribute.ReduceOp.SUM
-
-
-PRETRAINED_FILE = "pretrained.json"  # in a fine-tuning run: what its encoder was made from
 
 
 def load_pretrained(init_checkpoint: str):
@@ -200,10 +195,8 @@ def _check_config(config, workdir, task: task_lib.Task):
     disagrees with the run's (the data position and the head depend on them)."""
     config_check.check(config)
     task.check_config()
-    saved_path = os.path.join(workdir, "config.json")
-    if tf.io.gfile.exists(saved_path):
-        with tf.io.gfile.GFile(saved_path) as f:
-            saved = json.load(f)
+    saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG)
+    if saved is not None:
         keys = [(None, "task"), ("train", "batch_size"), ("train", "seed"),
                 ("data", "max_seq_length")] + [tuple(k.split(".")) for k in task.resume_keys]
         for section, name in keys:
@@ -257,24 +250,21 @@ def _finetune(config, workdir, strategy, task, chief) -> dict:
     # The chief writes the run; the other workers (multi_worker) save alongside it, as
     # checkpoints and SavedModels under a strategy must be written by every worker, into
     # WORKDIR/tmp/worker_N, removed at the end. Every worker resumes from the chief's files.
-    own = workdir if chief else os.path.join(workdir, "tmp",
-                                             f"worker_{distribute.worker_id(strategy)}")
+    own = workdir if chief else workdir_lib.worker_dir(workdir, distribute.worker_id(strategy))
     checkpoint = tf.train.Checkpoint(step=tuner.step, model=tuner.model,
                                      optimizer=tuner.optimizer)
-    manager = tf.train.CheckpointManager(checkpoint, os.path.join(own, "checkpoints"),
+    manager = tf.train.CheckpointManager(checkpoint, workdir_lib.checkpoints(own),
                                          max_to_keep=1, step_counter=tuner.step)
-    best_dir = os.path.join(own, "best")
-    results_path = os.path.join(own, "results.json")
+    best_dir = workdir_lib.path(own, workdir_lib.BEST)
     state = {"task": task.name, "best": None, "evaluations": []}
     # The newest readable checkpoint (one that cannot be read is reported and skipped).
     latest, _ = checkpointing.restore_newest(
-        os.path.join(workdir, "checkpoints"),
+        workdir_lib.checkpoints(workdir),
         lambda path: checkpoint.restore(path).assert_existing_objects_matched())
     if latest:
-        chief_results = os.path.join(workdir, "results.json")
-        if tf.io.gfile.exists(chief_results):
-            with tf.io.gfile.GFile(chief_results) as f:
-                state = json.load(f)
+        saved_state = workdir_lib.read_json(workdir, workdir_lib.RESULTS)
+        if saved_state is not None:
+            state = saved_state
             # Evaluations after the restored step are replayed: drop their records.
             restored = int(tuner.step.numpy())
             state["evaluations"] = [e for e in state["evaluations"] if e["step"] <= restored]
@@ -284,20 +274,20 @@ def _finetune(config, workdir, strategy, task, chief) -> dict:
     exported_steps = _exported_steps(workdir)
     tf.io.gfile.makedirs(own)
     if chief:
-        writer.write_json_atomic(config.to_dict(), os.path.join(workdir, "config.json"))
-        vocab_copy = os.path.join(workdir, "vocab.txt")
-        if not tf.io.gfile.exists(vocab_copy):
-            tf.io.gfile.copy(vocab.path, vocab_copy)
+        workdir_lib.write_json(workdir, workdir_lib.CONFIG, config.to_dict())
+        if not tf.io.gfile.exists(workdir_lib.path(workdir, workdir_lib.VOCAB)):
+            workdir_lib.copy_vocab(workdir, vocab.path)
         # The encoder's shape and tokenization, so that the run exports on its own
         # (tools/export_savedmodel.py --workdir=THIS_RUN) wherever the pre-training run is.
-        writer.write_json_atomic({"init_checkpoint": config.init_checkpoint,
-                                  "lower_case": lower_case, "config": run_config.to_dict()},
-                                 os.path.join(workdir, PRETRAINED_FILE))
-        train_writer = tf.summary.create_file_writer(os.path.join(workdir, "logs", "train"))
-        eval_writers = {s: tf.summary.create_file_writer(os.path.join(workdir, "logs", s))
+        workdir_lib.write_json(workdir, workdir_lib.PRETRAINED, {
+            "init_checkpoint": config.init_checkpoint, "lower_case": lower_case,
+            "config": run_config.to_dict()})
+        logs = workdir_lib.path(workdir, workdir_lib.LOGS)
+        train_writer = tf.summary.create_file_writer(os.path.join(logs, "train"))
+        eval_writers = {s: tf.summary.create_file_writer(os.path.join(logs, s))
                         for s in evals}
         summaries.write_config(train_writer, config)
-        summaries.write_hparams(os.path.join(workdir, "logs"), config)  # dev metrics per run
+        summaries.write_hparams(logs, config)  # dev metrics per run
     else:
         train_writer = tf.summary.create_noop_writer()
         eval_writers = {s: train_writer for s in evals}
@@ -319,7 +309,7 @@ def _finetune(config, workdir, strategy, task, chief) -> dict:
                 raise errors.RunError(
                     f"loss is {loss} between steps {step} and {step + n}: stopped without "
                     "saving; the last good checkpoint is the latest in "
-                    f"{os.path.join(workdir, 'checkpoints')}. Lower "
+                    f"{workdir_lib.checkpoints(workdir)}. Lower "
                     "config.train.learning_rate")
             step, offset = step + n, offset + n
             summaries.write_scalars(train_writer, {
@@ -328,32 +318,33 @@ def _finetune(config, workdir, strategy, task, chief) -> dict:
             if step % eval_every == 0 or step == steps:
                 _evaluate(tuner, eval_data, eval_writers, state, step, best_dir,
                           workdir if chief else None)
-                writer.write_json_atomic(state, results_path)
+                workdir_lib.write_json(own, workdir_lib.RESULTS, state)
                 _remove_other_best(best_dir, state["best"]["step"])
                 manager.save(checkpoint_number=step)
     if state["best"] is None:  # e.g. a finished run whose results.json was removed
         _evaluate(tuner, eval_data, eval_writers, state, step, best_dir,
                   workdir if chief else None)
-        writer.write_json_atomic(state, results_path)
+        workdir_lib.write_json(own, workdir_lib.RESULTS, state)
 
     # Export the best model: restore its weights, write the SavedModel, keep going.
     best = _best_prefix(best_dir, state["best"]["step"])
     if not chief and not tf.io.gfile.exists(best + ".index"):
         # A best of an earlier run (before this resume): the chief's, written back then.
-        best = _best_prefix(os.path.join(workdir, "best"), state["best"]["step"])
+        best = _best_prefix(workdir_lib.path(workdir, workdir_lib.BEST),
+                            state["best"]["step"])
     if not tf.io.gfile.exists(best + ".index"):
         raise errors.UserError(f"{best}: the best checkpoint results.json names is missing")
     tf.train.Checkpoint(model=tuner.model).read(best).assert_existing_objects_matched()
     if state["best"]["step"] not in exported_steps:
-        output = os.path.join(own, "export", str(state["best"]["step"]))
+        output = workdir_lib.path(own, workdir_lib.EXPORT, str(state["best"]["step"]))
         if tf.io.gfile.exists(output):  # a non-chief's leftover of a crashed run
             tf.io.gfile.rmtree(output)
         task.export(tuner.model, vocab, config.data.max_seq_length, output, lower_case)
-    state["export"] = os.path.join(workdir, "export", str(state["best"]["step"]))
+    state["export"] = workdir_lib.path(workdir, workdir_lib.EXPORT, str(state["best"]["step"]))
     if tests:
         state["test_predictions"] = _predict_tests(tuner, tests, batch, workdir, chief,
                                                    config.train.seed)
-    writer.write_json_atomic(state, results_path)
+    workdir_lib.write_json(own, workdir_lib.RESULTS, state)
     if not chief:
         tf.io.gfile.rmtree(own)
         try:  # WORKDIR/tmp, once the last of the other workers has removed its own
@@ -381,15 +372,13 @@ def _predict_tests(tuner, tests, batch, workdir, chief, seed) -> dict:
 
 def _write_files(directory, files: dict[str, str]) -> None:
     for name, text in files.items():
-        path = os.path.join(directory, name)
-        tf.io.gfile.makedirs(os.path.dirname(path))
-        writer.write_text_atomic(text, path)
+        workdir_lib.write_text(directory, name, text)
 
 
 def _exported_steps(workdir) -> set[int]:
     """The steps whose SavedModel is complete in WORKDIR/export (written by rename)."""
     return {int(os.path.basename(path.rstrip("/")))
-            for path in tf.io.gfile.glob(os.path.join(workdir, "export", "*"))
+            for path in tf.io.gfile.glob(workdir_lib.path(workdir, workdir_lib.EXPORT, "*"))
             if os.path.basename(path.rstrip("/")).isdigit()
             and tf.io.gfile.exists(os.path.join(path, "saved_model.pb"))}
 
@@ -433,20 +422,15 @@ def _evaluate(tuner, eval_data, eval_writers, state, step, best_dir, chief_workd
 
 def is_finetuning_run(workdir: str) -> bool:
     """Whether `workdir` holds a fine-tuning run (its config.json names a task)."""
-    path = os.path.join(workdir, "config.json")
-    if not tf.io.gfile.exists(path):
+    try:
+        return "task" in (workdir_lib.read_json(workdir, workdir_lib.CONFIG) or {})
+    except errors.UserError:  # not valid JSON: not a run of ours
         return False
-    with tf.io.gfile.GFile(path) as f:
-        try:
-            return "task" in json.load(f)
-        except ValueError:
-            return False
 
 
 def run_task(workdir: str) -> task_lib.Task:
     """The task of a fine-tuning run, bound to the run's config.json."""
-    with tf.io.gfile.GFile(os.path.join(workdir, "config.json")) as f:
-        config = ml_collections.ConfigDict(json.load(f))
+    config = ml_collections.ConfigDict(workdir_lib.read_json(workdir, workdir_lib.CONFIG))
     return tasks.get(config.task, config)
 
 
@@ -457,25 +441,21 @@ def export_run(workdir: str, output: str, checkpoint: str | None = None,
     vocab.txt), not from the pre-training run."""
     task = run_task(workdir)
     config = task.config
-    pretrained_path = os.path.join(workdir, PRETRAINED_FILE)
-    if not tf.io.gfile.exists(pretrained_path):
-        raise errors.UserError(f"{pretrained_path}: not found (a fine-tuning run made before "
-                               "it was written: re-run its fine-tuning command to add it)")
-    with tf.io.gfile.GFile(pretrained_path) as f:
-        pretrained = json.load(f)
+    pretrained = workdir_lib.read_json(workdir, workdir_lib.PRETRAINED)
+    if pretrained is None:
+        raise errors.UserError(f"{workdir_lib.path(workdir, workdir_lib.PRETRAINED)}: not "
+                               "found (a fine-tuning run made before it was written: re-run "
+                               "its fine-tuning command to add it)")
     if checkpoint is None:
-        results_path = os.path.join(workdir, "results.json")
-        best = None
-        if tf.io.gfile.exists(results_path):
-            with tf.io.gfile.GFile(results_path) as f:
-                best = json.load(f).get("best")
+        best = (workdir_lib.read_json(workdir, workdir_lib.RESULTS) or {}).get("best")
         if not best:
-            raise errors.UserError(f"{results_path}: no best evaluation yet; finish the run "
-                                   "or give --checkpoint=RUN/checkpoints/ckpt-N")
-        checkpoint = _best_prefix(os.path.join(workdir, "best"), best["step"])
+            raise errors.UserError(f"{workdir_lib.path(workdir, workdir_lib.RESULTS)}: no "
+                                   "best evaluation yet; finish the run or give "
+                                   "--checkpoint=RUN/checkpoints/ckpt-N")
+        checkpoint = _best_prefix(workdir_lib.path(workdir, workdir_lib.BEST), best["step"])
     if not tf.io.gfile.exists(checkpoint + ".index"):
         raise errors.UserError(f"--checkpoint={checkpoint}: no such checkpoint")
-    vocab = tokenizer.Vocab.load(os.path.join(workdir, "vocab.txt"))
+    vocab = tokenizer.Vocab.load(workdir_lib.path(workdir, workdir_lib.VOCAB))
     model = model_config.pretrainer(ml_collections.ConfigDict(pretrained["config"]),
                                     vocab.size, dtype="float32")
     finetuned = task.build_model(model.discriminator)

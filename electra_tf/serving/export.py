@@ -49,7 +49,6 @@ FastWordpieceTokenizeWithOffsets (>= 2.11): the export needs TF Serving >= 2.12
 (`MIN_TF_SERVING`).
 """
 
-import json
 import os
 import time
 
@@ -63,6 +62,7 @@ import tensorflow_text as text  # noqa: F401  (registers the tokenizer ops)
 from electra_tf import errors
 from electra_tf import model_config
 from electra_tf import progress
+from electra_tf import workdir as workdir_lib
 from electra_tf.data import masking
 from electra_tf.data import pipeline
 from electra_tf.model import pretrainer
@@ -93,21 +93,21 @@ def load_run(workdir: str, checkpoint: str | None = None, vocab_file: str | None
     """(config, vocab, restored ElectraPretrainer, checkpoint path) of a training run.
 
     vocab_file: instead of the run's vocab.txt (it must have the same size)."""
-    config_path = os.path.join(workdir, "config.json")
-    if not tf.io.gfile.exists(config_path):
+    config_path = workdir_lib.path(workdir, workdir_lib.CONFIG)
+    saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG)
+    if saved is None:
         raise errors.UserError(f"{config_path}: not found; --workdir must be a training "
                                "run's directory (python -m electra_tf.train --workdir=...)")
-    with tf.io.gfile.GFile(config_path) as f:
-        config = ml_collections.ConfigDict(json.load(f))
+    config = ml_collections.ConfigDict(saved)
     if "model" not in config or "size" not in config.model:
         raise errors.UserError(f"{config_path}: not a pre-training run's config (no "
                                "model.size); give the pre-training run's directory")
-    vocab = tokenizer_lib.Vocab.load(vocab_file or os.path.join(workdir, "vocab.txt"))
-    path = checkpoint or tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+    run_vocab = workdir_lib.path(workdir, workdir_lib.VOCAB)
+    vocab = tokenizer_lib.Vocab.load(vocab_file or run_vocab)
+    path = checkpoint or workdir_lib.latest_checkpoint(workdir)
     if not path:
-        raise errors.UserError(f"{workdir}/checkpoints: no checkpoint to export")
+        raise errors.UserError(f"{workdir_lib.checkpoints(workdir)}: no checkpoint to export")
     model = model_config.pretrainer(config, vocab.size, dtype="float32")
-    run_vocab = os.path.join(workdir, "vocab.txt")
     if vocab_file and tf.io.gfile.exists(run_vocab):
         trained = tokenizer_lib.Vocab.load(run_vocab).size
         if trained != vocab.size:

@@ -9,7 +9,6 @@ the latest; `restore_newest` also falls back past one that cannot be read (a dam
 disk), for pre-training and fine-tuning alike.
 """
 
-import json
 import os
 from typing import Any, Callable
 
@@ -19,6 +18,7 @@ from absl import logging
 
 from electra_tf import errors
 from electra_tf import model_config
+from electra_tf import workdir as workdir_lib
 from electra_tf.data import order
 from electra_tf.text import tokenizer
 
@@ -92,12 +92,8 @@ def restore(trainer, checkpoint, directory) -> str | None:
 def _warn_if_fresh_generator(workdir, model):
     """A workdir converted from a discriminator alone (its converted.json, written by
     tools/convert_checkpoint.py) has a generator of fresh weights: say so."""
-    path = os.path.join(workdir, "converted.json")
-    if not tf.io.gfile.exists(path):
-        return
-    with tf.io.gfile.GFile(path) as f:
-        converted = json.load(f)
-    if converted.get("generator") == "fresh":
+    converted = workdir_lib.read_json(workdir, workdir_lib.CONVERTED)
+    if converted and converted.get("generator") == "fresh":
         logging.warning(
             "%s was converted from a discriminator alone (%s): the generator starts from "
             "fresh weights (hidden %d, %d layers) and trains from here with the converted "
@@ -113,11 +109,10 @@ _RUN_IDENTITY = (("model", "objective", "electra"), ("train", "algorithm", "join
 def check_same_run(config, workdir, vocab):
     """A workdir holds one run: resuming it with another model, objective, sequence
     length, batch size, seed or vocab would not continue it (or fail deep in restore)."""
-    path = os.path.join(workdir, "config.json")
-    if not tf.io.gfile.exists(path):
+    path = workdir_lib.path(workdir, workdir_lib.CONFIG)
+    saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG)
+    if saved is None:
         return
-    with tf.io.gfile.GFile(path) as f:
-        saved = json.load(f)
     before = model_config.shape(ml_collections.ConfigDict(saved))
     now = model_config.shape(config)
     if before != now:
@@ -138,7 +133,7 @@ def check_same_run(config, workdir, vocab):
                 f"{before!r} ({path}): use another --workdir, or the same value to resume")
     # Once it has trained (a converted workdir is at step 0), also what the position in
     # the data stream depends on.
-    latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+    latest = workdir_lib.latest_checkpoint(workdir)
     trained = latest and not latest.endswith("-0")
     for section, key in ((("data", "max_seq_length"), ("data", "shuffle_buffer"),
                           ("train", "batch_size"), ("train", "seed")) if trained else ()):
@@ -154,7 +149,7 @@ def check_same_run(config, workdir, vocab):
             "this version's (%s): from %s on it reads other examples than the older version "
             "would have", workdir, saved.get("data_order", "a shuffle buffer"), order.VERSION,
             os.path.basename(latest))
-    vocab_copy = os.path.join(workdir, "vocab.txt")
+    vocab_copy = workdir_lib.path(workdir, workdir_lib.VOCAB)
     if tf.io.gfile.exists(vocab_copy):
         if tokenizer.Vocab.load(vocab_copy).sha256 != vocab.sha256:
             raise errors.UserError(

@@ -4,11 +4,11 @@ a lost peer worker, a step out of memory, a damaged shard read inside the compil
 """
 
 import contextlib
-import os
 
 import tensorflow as tf
 
 from electra_tf import errors
+from electra_tf import workdir as workdir_lib
 from electra_tf.data import pipeline
 
 # What a collective raises when a peer worker dies: its socket closes (Unavailable), or
@@ -35,7 +35,7 @@ def raise_if_nonfinite(trainer, manager) -> None:
 
 def lost_peer(error: tf.errors.OpError, step: int, workdir: str) -> errors.RunError:
     """The error for a collective that failed because another worker is gone."""
-    latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+    latest = workdir_lib.latest_checkpoint(workdir)
     return errors.RunError(
         f"lost contact with another worker near step {step} ("
         f"{_first_line(error.message)}): start every worker again with the same command "
@@ -46,7 +46,7 @@ def out_of_memory(error: tf.errors.ResourceExhaustedError, step: int, config,
                   workdir: str) -> errors.RunError:
     """The error for a step that does not fit: the allocation, the batch and length that
     set the step's memory, what lowers it at the same batch, and the last checkpoint."""
-    latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+    latest = workdir_lib.latest_checkpoint(workdir)
     return errors.RunError(
         f"out of memory near step {step} ({_allocation_line(error.message)}): "
         f"config.train.batch_size={config.train.batch_size} at config.data.max_seq_length="

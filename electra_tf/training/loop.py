@@ -24,7 +24,6 @@ from electra_tf import progress
 from electra_tf import workdir as workdir_lib
 from electra_tf.data import order
 from electra_tf.data import pipeline
-from electra_tf.data import writer
 from electra_tf.model import objectives
 from electra_tf.text import tokenizer
 from electra_tf.training import checkpointing
@@ -86,32 +85,26 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         # 3. the algorithm checks what it restored (two_stage's switch step);
         # 4. the data stream starts after the batches the restored step consumed (same
         #    seed, same order, same masks: the run continues batch for batch).
-        checkpoint_dir = os.path.join(workdir, "checkpoints")
+        checkpoint_dir = workdir_lib.checkpoints(workdir)
         if not chief:  # other workers must save too (collectives); they write aside
-            checkpoint_dir = os.path.join(workdir, "tmp",
-                                          f"worker_{distribute.worker_id(strategy)}")
+            checkpoint_dir = workdir_lib.worker_dir(workdir, distribute.worker_id(strategy))
         checkpoint = checkpointing.checkpoint_of(trainer)
         manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir,
                                              max_to_keep=config.train.keep_checkpoints,
                                              step_counter=trainer.step)
         restored = checkpointing.restore(trainer, checkpoint,
-                                         os.path.join(workdir, "checkpoints"))
+                                         workdir_lib.checkpoints(workdir))
         trainer.algorithm.check_restored(workdir)
         step = int(trainer.step.numpy())
         iterator = iter(pipeline.distributed_dataset(strategy, train_files, config, masking,
                                                      training=True, step=step))
 
         # ---- outputs
-        logs = os.path.join(workdir, "logs")
+        logs = workdir_lib.path(workdir, workdir_lib.LOGS)
         if chief:
-            tf.io.gfile.makedirs(workdir)
-            writer.write_json_atomic({**config.to_dict(), "data_order": order.VERSION},
-                                     os.path.join(workdir, "config.json"))
-            vocab_copy = os.path.join(workdir, "vocab.txt")
-            if os.path.abspath(config.data.vocab_file) != os.path.abspath(vocab_copy):
-                tf.io.gfile.copy(config.data.vocab_file, vocab_copy + ".tmp",
-                                 overwrite=True)
-                tf.io.gfile.rename(vocab_copy + ".tmp", vocab_copy, overwrite=True)
+            workdir_lib.write_json(workdir, workdir_lib.CONFIG,
+                                   {**config.to_dict(), "data_order": order.VERSION})
+            workdir_lib.copy_vocab(workdir, config.data.vocab_file)
             train_writer = tf.summary.create_file_writer(os.path.join(logs, "train"))
             eval_writer = tf.summary.create_file_writer(os.path.join(logs, "eval"))
             summaries.write_config(train_writer, config)
@@ -234,7 +227,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                             "loop (config.train.steps_per_loop): nothing was profiled",
                             profile_steps)
         if not chief:
-            tf.io.gfile.rmtree(os.path.join(workdir, "tmp"))
+            tf.io.gfile.rmtree(workdir_lib.path(workdir, workdir_lib.TMP))
         return results
 
 

@@ -9,7 +9,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 from unittest import mock
 
 import numpy as np
@@ -251,10 +250,9 @@ def test_squad_under_mirrored_and_two_workers_gives_the_one_device_results(tmp_p
     pretrained = tmp_path / "pretrained"
     helpers.write_pretrained_run(pretrained, SEQ, dropout=0.0)
     data = write_squad(tmp_path, "squad2", 160, 30)
-    command = [sys.executable, "-m", "electra_tf.finetune",
-               "--config=configs/finetune.py:squad2", f"--config.init_checkpoint={pretrained}",
-               f"--config.data.dir={data}", f"--config.data.max_seq_length={SEQ}",
-               f"--config.data.doc_stride={STRIDE}", f"--config.data.max_query_length={QUERY}"]
+    command = helpers.finetune_command("squad2", None, pretrained, data,
+                                       f"--config.data.doc_stride={STRIDE}",
+                                       f"--config.data.max_query_length={QUERY}", seq=SEQ)
     runs = {"one": ["--config.runtime.strategy=one_device"],
             "mirrored": ["--config.runtime.strategy=mirrored", "--config.runtime.cpu_devices=2"]}
     for name, flags in runs.items():
