@@ -77,6 +77,7 @@ POSITIVE = _whole(1)
 COUNT = _whole(0)  # 0 allowed: none, or off
 FRACTION = _real(0, 1)  # a share, 0 and 1 included
 PROBABILITY_OPEN = _real(0, 1, high_open=True)  # dropout, Adam's betas
+CPU_DEVICES = _whole(0, high=1024, zero="0: off")  # logical CPU devices, to try strategies
 
 # configs/electra.py
 PRETRAINING = {
@@ -121,7 +122,7 @@ PRETRAINING = {
     "train.two_stage_generator_steps": COUNT,
     "train.seed": COUNT,
     "train.accumulation_steps": POSITIVE,
-    "runtime.cpu_devices": COUNT,
+    "runtime.cpu_devices": CPU_DEVICES,
 }
 
 # configs/finetune.py and the tasks' own fields (glue/task.py, squad/task.py)
@@ -144,7 +145,7 @@ FINETUNING = {
     "train.eval_every": _whole(0, zero="0: every epoch"),
     "train.steps_per_loop": POSITIVE,
     "train.seed": COUNT,
-    "runtime.cpu_devices": COUNT,
+    "runtime.cpu_devices": CPU_DEVICES,
 }
 
 

@@ -35,6 +35,7 @@ False
 """
 
 import datetime
+import errno
 import json
 import os
 import socket
@@ -63,6 +64,9 @@ TMP = "tmp"
 # than STALE_AFTER_SECS is taken to be left by a run that is gone.
 HEARTBEAT_SECS = 60
 STALE_AFTER_SECS = 600
+# os.link's errors where a file system has no hard links (it then makes the lock by an
+# exclusive create).
+_NO_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK, errno.EXDEV)
 
 
 def path(workdir: str, *names: str) -> str:
@@ -130,14 +134,33 @@ def _is_local(path: str) -> bool:
     return "://" not in path
 
 
-def _process_start(pid: int) -> str | None:
-    """The start time of process `pid` (clock ticks since boot, from /proc), which tells a
-    pid that was reused by another process; None where /proc is not there."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (state first); None without /proc."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
+            return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of process `pid` (clock ticks since boot), which tells a pid that
+    was reused by another process; None where /proc is not there."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields and len(fields) > 19 else None
+
+
+def _pid_space() -> str:
+    """This machine's boot and pid namespace: two processes can test each other's pids
+    only where these match (containers may share a host name, not their pids)."""
+    parts = []
+    for path in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
+        try:
+            parts.append(os.readlink(path) if path.endswith("/pid") else
+                         open(path, encoding="ascii").read().strip())
+        except OSError:
+            parts.append("")
+    return " ".join(parts)
 
 
 def _process_runs(pid: int, start: str | None) -> bool:
@@ -147,6 +170,9 @@ def _process_runs(pid: int, start: str | None) -> bool:
         return False
     except PermissionError:  # another user's process: it runs
         return True
+    fields = _stat_fields(pid)
+    if fields and fields[0] == "Z":  # exited, not yet reaped
+        return False
     return start is None or _process_start(pid) in (None, start)
 
 
@@ -192,7 +218,7 @@ class Lock:
     def _holder(self) -> dict:
         now = time.time()
         return {"host": socket.gethostname(), "pid": os.getpid(),
-                "process_start": _process_start(os.getpid()),
+                "process_start": _process_start(os.getpid()), "pid_space": _pid_space(),
                 "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                 "heartbeat": now, "command": " ".join(sys.argv)[:500], "token": self.token}
 
@@ -209,7 +235,9 @@ class Lock:
 
     def _gone(self, holder: dict) -> bool:
         """Whether the run named by `holder` no longer runs."""
-        if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
+        if (holder.get("host") == socket.gethostname()
+                and holder.get("pid_space", _pid_space()) == _pid_space()
+                and isinstance(holder.get("pid"), int)):
             return not _process_runs(holder["pid"], holder.get("process_start"))
         beat = holder.get("heartbeat")
         if not isinstance(beat, (int, float)):  # a file being written, or damaged
@@ -231,6 +259,10 @@ class Lock:
                     os.link(tmp, self.path)  # atomic, and fails if the lock exists
                 except FileExistsError:
                     return False
+                except OSError as e:  # no hard links here (FUSE mounts of object stores)
+                    if e.errno not in _NO_LINKS:
+                        raise
+                    return self._create_exclusive(holder)
                 return True
             try:
                 tf.io.gfile.rename(tmp, self.path, overwrite=False)
@@ -242,14 +274,54 @@ class Lock:
             if tf.io.gfile.exists(tmp):
                 tf.io.gfile.remove(tmp)
 
+    def _create_exclusive(self, holder: dict) -> bool:
+        """The lock by an exclusive create and a write (a reader meanwhile sees a file being
+        written: `_read` gives {}, which counts as held until stale)."""
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(holder, indent=2) + "\n")
+        return True
+
+    def _take_over(self, stale: dict) -> None:
+        """Moves the stale lock aside, if it is still the one read as `stale`: of two runs
+        taking over at once, only one moves it (a rename is atomic), and neither removes
+        a lock the other has just made."""
+        aside = f"{self.path}.{self.token}.stale"
+        try:
+            tf.io.gfile.rename(self.path, aside, overwrite=False)
+        except (tf.errors.NotFoundError, FileNotFoundError):
+            return  # another run moved it first: `_create` says who won
+        try:
+            with tf.io.gfile.GFile(aside) as f:
+                moved = json.load(f)
+        except (ValueError, tf.errors.OpError):
+            moved = {}
+        if stale and moved.get("token") != stale.get("token"):
+            # A new lock was made between our read and the rename: put it back.
+            tf.io.gfile.rename(aside, self.path, overwrite=False)
+            return
+        tf.io.gfile.remove(aside)
+
     def acquire(self) -> "Lock":
         self._made_workdir = prepare(self.workdir, self.flag)
         try:
-            made = self._create(self._holder())
-        except (tf.errors.OpError, OSError) as e:
-            raise errors.UserError(f"{self.flag}={self.workdir}: cannot write there ("
-                                   f"{_reason(e)})") from None
-        if not made:
+            self._acquire()
+        except BaseException:
+            self._remove_if_made_and_empty()
+            raise
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._beat, name="workdir-lock",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def _acquire(self) -> None:
+        try:
+            if self._create(self._holder()):
+                return
             holder = self._read()
             if holder is not None and not self._gone(holder):
                 raise errors.UserError(
@@ -259,19 +331,14 @@ class Lock:
             if holder is not None:
                 logging.warning("Taking over %s from a run that is gone (%s)", self.path,
                                 _describe(holder))
-                try:
-                    tf.io.gfile.remove(self.path)
-                except tf.errors.NotFoundError:
-                    pass  # another process took it over first: _create says who won
+                self._take_over(holder)
             if not self._create(self._holder()):
                 raise errors.UserError(
                     f"{self.workdir} is in use by another run ({_describe(self._read() or {})}"
                     f"); wait for it to end or use another {self.flag}")
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._beat, name="workdir-lock",
-                                        daemon=True)
-        self._thread.start()
-        return self
+        except (tf.errors.OpError, OSError) as e:
+            raise errors.UserError(f"{self.flag}={self.workdir}: cannot write there ("
+                                   f"{_reason(e)})") from None
 
     def _beat(self):
         while not self._stop.wait(self.heartbeat_secs):
@@ -294,11 +361,17 @@ class Lock:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        holder = self._read()
-        if holder and holder.get("token") == self.token:
-            tf.io.gfile.remove(self.path)
-        # A workdir this lock made and nothing else wrote into (the run stopped on bad
-        # input before writing): leave no trace of it.
+        try:
+            holder = self._read()
+            if holder and holder.get("token") == self.token:
+                tf.io.gfile.remove(self.path)
+            self._remove_if_made_and_empty()
+        except (tf.errors.OpError, OSError) as e:  # never hide the run's own error
+            logging.warning("Cannot release %s (%s)", self.path, _reason(e))
+
+    def _remove_if_made_and_empty(self) -> None:
+        """A workdir this lock made and nothing else wrote into (the run stopped on bad
+        input before writing): leave no trace of it."""
         if self._made_workdir and not tf.io.gfile.listdir(self.workdir):
             tf.io.gfile.rmtree(self.workdir)
 
@@ -320,25 +393,38 @@ def _describe(holder: dict) -> str:
 
 
 # Left by a run killed while writing: TF's checkpoint state file written aside
-# (checkpoint.tmp<hex>), a checkpoint's shards before their merge (ckpt-N_temp/), and our
-# own files written aside (data/writer.py's write_text_atomic: NAME.tmp).
-_PARTIAL = ("*.tmp", "checkpoints/checkpoint.tmp*", "checkpoints/*_temp",
-            "checkpoints/*_temp_*", "best/*_temp", "best/*_temp_*", "best/*.tmp*")
+# (checkpoint.tmp<hex>), a checkpoint's shards before their merge (ckpt-N_temp/), and the
+# run's own files written aside (`write_text`: NAME.tmp). Only names a run writes: a
+# workdir may be a folder that holds the user's own *.tmp files.
+_PARTIAL = tuple(f"{name}.tmp" for name in (CONFIG, VOCAB, RESULTS, PRETRAINED, CONVERTED)) + (
+    f"{CHECKPOINTS}/checkpoint.tmp*", f"{CHECKPOINTS}/*_temp", f"{CHECKPOINTS}/*_temp_*",
+    f"{BEST}/*_temp", f"{BEST}/*_temp_*")
+# A run killed while taking the lock leaves LOCK_FILE.<token>.tmp or .stale; one younger
+# than this may be another run's, taking it right now.
+_LOCK_LEFTOVER_SECS = 60
 
 
 def remove_partial_files(workdir: str) -> list[str]:
     """Removes what a killed run left half-written in `workdir` (call it holding the
     workdir's `Lock`); returns the paths removed."""
+    found = [p for pattern in _PARTIAL for p in tf.io.gfile.glob(os.path.join(workdir, pattern))]
+    for leftover in tf.io.gfile.glob(os.path.join(workdir, f"{LOCK_FILE}.*")):
+        try:
+            age = time.time() - tf.io.gfile.stat(leftover).mtime_nsec / 1e9
+        except tf.errors.NotFoundError:
+            continue
+        if age > _LOCK_LEFTOVER_SECS:
+            found.append(leftover)
     removed = []
-    for pattern in _PARTIAL:
-        for path in tf.io.gfile.glob(os.path.join(workdir, pattern)):
-            if os.path.basename(path).startswith(LOCK_FILE):  # another run's try to take it
-                continue
+    for path in found:
+        try:
             if tf.io.gfile.isdir(path):
                 tf.io.gfile.rmtree(path)
             else:
                 tf.io.gfile.remove(path)
-            removed.append(path)
+        except tf.errors.NotFoundError:
+            continue
+        removed.append(path)
     if removed:
         logging.info("Removed what an interrupted run left half-written: %s",
                      ", ".join(os.path.relpath(p, workdir) for p in removed))

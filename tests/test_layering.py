@@ -61,8 +61,8 @@ MAY_IMPORT = {
 }
 DEPARTURES = {
     # Conversion reads a run through the exporter's loader (restore a workdir's model
-    # from config.json + checkpoint). Way out: the loader in electra_tf/workdir.py
-    # (DESIGN.md: every file a run writes and reads), which serving and convert share.
+    # from config.json + checkpoint; the file names are workdir.py's). Way out: the
+    # loader in model_config (config → model), which serving and convert would share.
     ("electra_tf.convert.workdir", "electra_tf.serving.export"),
 }
 

@@ -1,6 +1,7 @@
 """One run per workdir: the lock, its takeover from a run that is gone, and what a killed
 run left half-written."""
 
+import errno
 import json
 import os
 import socket
@@ -118,14 +119,57 @@ def test_half_written_files_are_removed_and_nothing_else(tmp_path):
     for name in ("checkpoint.tmp0123abcd", "checkpoint", "ckpt-10.index",
                  "ckpt-10.data-00000-of-00001"):
         (checkpoints / name).write_bytes(b"")
-    for name in ("config.json.tmp", "config.json", "vocab.txt"):
+    for name in ("config.json.tmp", "config.json", "vocab.txt", "notes.tmp",
+                 "lock.json.old.tmp", "lock.json.new.tmp"):
         (run / name).write_text("")
+    old = time.time() - 3600
+    os.utime(run / "lock.json.old.tmp", (old, old))  # a run killed while taking the lock
     removed = workdir_lib.remove_partial_files(str(run))
     assert sorted(os.path.relpath(p, run) for p in removed) == [
-        "checkpoints/checkpoint.tmp0123abcd", "checkpoints/ckpt-20_temp", "config.json.tmp"]
+        "checkpoints/checkpoint.tmp0123abcd", "checkpoints/ckpt-20_temp", "config.json.tmp",
+        "lock.json.old.tmp"]
     assert sorted(os.listdir(checkpoints)) == [
         "checkpoint", "ckpt-10.data-00000-of-00001", "ckpt-10.index"]
-    assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "vocab.txt"]
+    # The user's own file, and a lock being taken right now, stay.
+    assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "lock.json.new.tmp",
+                                       "notes.tmp", "vocab.txt"]
+
+
+def test_two_runs_taking_over_one_stale_lock_do_not_both_hold_it(tmp_path):
+    run = str(tmp_path / "run")
+    _write_holder(run, pid=_gone_pid())
+    stale = json.loads((tmp_path / "run" / "lock.json").read_text())
+    with workdir_lib.Lock(run) as first:  # took it over
+        # The second read the same stale holder before the first took over; its takeover
+        # must leave the first's new lock in place, and its create then fails.
+        second = workdir_lib.Lock(run)
+        second._take_over(stale)  # pylint: disable=protected-access
+        holder = json.loads((tmp_path / "run" / "lock.json").read_text())
+        assert holder["token"] == first.token
+        with pytest.raises(errors.UserError, match="in use by another run"):
+            second.acquire()
+
+
+def test_without_hard_links_the_lock_is_an_exclusive_create(tmp_path, monkeypatch):
+    def no_links(*_):
+        raise OSError(errno.EPERM, "Operation not permitted")
+    monkeypatch.setattr(os, "link", no_links)
+    run = str(tmp_path / "run")
+    with workdir_lib.Lock(run) as lock:
+        assert json.loads((tmp_path / "run" / "lock.json").read_text())["token"] == lock.token
+        with pytest.raises(errors.UserError, match="in use by another run"):
+            workdir_lib.Lock(run).acquire()
+
+
+def test_a_holder_in_another_pid_namespace_is_judged_by_its_heartbeat(tmp_path):
+    # Same host name and a dead pid, but another container: its pids are not ours.
+    run = str(tmp_path / "run")
+    _write_holder(run, pid=_gone_pid(), pid_space="another-boot another-namespace")
+    with pytest.raises(errors.UserError, match="in use by another run"):
+        workdir_lib.Lock(run).acquire()
+    _write_holder(run, pid=_gone_pid(), pid_space="another-boot another-namespace",
+                  heartbeat=time.time() - 3600)
+    workdir_lib.Lock(run).acquire().release()
 
 
 def test_the_binary_refuses_a_held_workdir_and_writes_nothing(tmp_path):

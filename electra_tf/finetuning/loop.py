@@ -254,7 +254,8 @@ def _finetune(config, workdir, strategy, task, chief) -> dict:
     checkpoint = tf.train.Checkpoint(step=tuner.step, model=tuner.model,
                                      optimizer=tuner.optimizer)
     manager = tf.train.CheckpointManager(checkpoint, workdir_lib.checkpoints(own),
-                                         max_to_keep=1, step_counter=tuner.step)
+                                         max_to_keep=2,  # a damaged newest: the one before
+                                         step_counter=tuner.step)
     best_dir = workdir_lib.path(own, workdir_lib.BEST)
     state = {"task": task.name, "best": None, "evaluations": []}
     # The newest readable checkpoint (one that cannot be read is reported and skipped).

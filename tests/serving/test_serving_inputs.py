@@ -81,7 +81,7 @@ def _ids(batch=1, length=SEQ, ids=5, mask=1, segments=0, **replace):
     return {**feeds, **replace}
 
 
-def _requests(pretrained, classifier, qa, vocab_size):
+def _requests(pretrained, classifier, qa, single, vocab_size):
     """{label: (export, signature, feeds)}, run in this order: each bad request, then a
     good one in the same session."""
     v = vocab_size
@@ -89,6 +89,10 @@ def _requests(pretrained, classifier, qa, vocab_size):
         "default_scalar": (pretrained, "serving_default", {"text": SCALAR}),
         "default_matrix": (pretrained, "serving_default", {"text": MATRIX}),
         "encode_scalar": (pretrained, "encode", {"text": SCALAR}),
+        "encode_matrix": (pretrained, "encode", {"text": MATRIX}),
+        "good_encode": (pretrained, "encode", {"text": GOOD}),
+        "serving_pair_matrix": (pretrained, "serving_pair", {"text": GOOD, "text_pair": MATRIX}),
+        "encode_pair_scalar": (pretrained, "encode_pair", {"text": SCALAR, "text_pair": GOOD}),
         "pair_scalar": (pretrained, "serving_pair", {"text": GOOD, "text_pair": SCALAR}),
         "pair_matrix": (pretrained, "encode_pair", {"text": MATRIX, "text_pair": GOOD}),
         "pair_lengths": (pretrained, "serving_pair", {"text": GOOD, "text_pair": GOOD[:1]}),
@@ -104,6 +108,13 @@ def _requests(pretrained, classifier, qa, vocab_size):
         "segment_range": (pretrained, "serving_ids", _ids(segments=2)),
         "good_text": (pretrained, "serving_default", {"text": GOOD}),
         "good_ids": (pretrained, "serving_ids", _ids(batch=2, ids=v - 1)),
+        "good_pair": (pretrained, "serving_pair", {"text": GOOD, "text_pair": GOOD}),
+        "good_encode_pair": (pretrained, "encode_pair", {"text": GOOD, "text_pair": GOOD}),
+        "good_encode_ids": (pretrained, "encode_ids", _ids(batch=2)),
+        "single_scalar": (single, "serving_default", {"text": SCALAR}),
+        "single_matrix": (single, "serving_default", {"text": MATRIX}),
+        "single_ids": (single, "serving_ids", _ids(segments=-1)),
+        "single_good": (single, "serving_default", {"text": GOOD}),
         "classifier_scalar": (classifier, "serving_default",
                               {"text": SCALAR, "text_pair": GOOD}),
         "classifier_matrix": (classifier, "serving_default",
@@ -134,7 +145,10 @@ def answers(run, exported, tmp_path_factory):
     qa_dir = export_qa.export_question_answerer(
         qa, vocab, str(root / "qa" / "1"), max_seq_length=24, lower_case=True,
         doc_stride=6, max_query_length=8, max_answer_length=4)
-    requests = _requests(exported, classifier_dir, qa_dir, vocab.size)
+    # A task of one text column (SST-2) takes `text` alone.
+    single_dir = export.export_classifier(classifier, vocab, glue_specs.TASKS["sst2"], SEQ,
+                                          str(root / "sst2" / "1"))
+    requests = _requests(exported, classifier_dir, qa_dir, single_dir, vocab.size)
     with open(root / "requests.pkl", "wb") as f:
         pickle.dump(requests, f)
     result = subprocess.run(
@@ -142,7 +156,7 @@ def answers(run, exported, tmp_path_factory):
         capture_output=True, text=True, timeout=300, env=helpers.child_env())
     assert result.returncode == 0, result.stderr[-3000:]  # -11: the server went down
     with open(root / "out.pkl", "rb") as f:
-        return {"vocab": vocab, "exports": (exported, classifier_dir, qa_dir),
+        return {"vocab": vocab, "exports": (exported, classifier_dir, qa_dir, single_dir),
                 "results": pickle.load(f)}
 
 
@@ -156,6 +170,12 @@ def _error(answers, label):
     ("default_scalar", "text must be a vector of strings, shape [batch]; got shape []"),
     ("default_matrix", "text must be a vector of strings, shape [batch]; got shape [1 2]"),
     ("encode_scalar", "text must be a vector of strings, shape [batch]; got shape []"),
+    ("encode_matrix", "text must be a vector of strings, shape [batch]; got shape [1 2]"),
+    ("serving_pair_matrix",
+     "text_pair must be a vector of strings, shape [batch]; got shape [1 2]"),
+    ("encode_pair_scalar", "text must be a vector of strings, shape [batch]; got shape []"),
+    ("single_scalar", "text must be a vector of strings, shape [batch]; got shape []"),
+    ("single_matrix", "text must be a vector of strings, shape [batch]; got shape [1 2]"),
     ("pair_scalar", "text_pair must be a vector of strings, shape [batch]; got shape []"),
     ("pair_matrix", "text must be a vector of strings, shape [batch]; got shape [1 2]"),
     ("pair_lengths", "text and text_pair must have the same batch size; got [2 1]"),
@@ -189,6 +209,7 @@ def test_ids_of_the_wrong_shape_or_range_are_refused_naming_the_input(answers):
         "segment_range": "segment_ids must hold 0 or 1; got values from 2 to 2",
         "classifier_ids": f"input_ids must hold token ids in [0, {v}); got values from "
                           f"{v + 100}",
+        "single_ids": "segment_ids must hold 0 or 1; got values from -1 to -1",
     }
     for label, message in expected.items():
         assert message in _error(answers, label), label
@@ -202,6 +223,10 @@ def test_the_same_session_serves_good_requests_after_the_bad_ones(answers):
     assert results["good_ids"][0] == "ok"
     assert results["good_ids"][1]["replaced_probability"] == (2, SEQ)
     assert results["classifier_good"] == ("ok", {"probabilities": (2, 2), "label": (2,)})
+    assert results["single_good"] == ("ok", {"probabilities": (2, 2), "label": (2,)})
+    for label in ("good_encode", "good_pair", "good_encode_pair", "good_encode_ids"):
+        assert results[label][0] == "ok", (label, results[label])
+        assert all(shape[0] == 2 for shape in results[label][1].values()), label
     assert results["qa_good"] == ("ok", {"answer": (2,), "start": (2,), "end": (2,),
                                          "score": (2,)})
 
