@@ -123,12 +123,14 @@ def test_train_benchmark_prints_one_json_line_last_and_profiles(tmp_path):
         "TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
     assert results["onednn"] in (True, False, None)  # None: TF's internal API went away
     # Memory by stage: [resident after it, peak during it], in the order the stages ran;
-    # the process's peak is the highest stage peak.
+    # the process's peak is the highest stage peak (what runs after the last stage,
+    # building this JSON, may add a MiB or so to it).
     stages = results["memory_by_stage_mib"]
     assert list(stages) == ["imports", "strategy", "datasets", "trainer_built", "traced",
                             "warmup_compiled", "timed_steps", "profile", "matmul_peak"]
     assert all(now > 0 and peak > 0 for now, peak in stages.values())
-    assert max(peak for _, peak in stages.values()) == results["peak_rss_mib"]
+    highest = max(peak for _, peak in stages.values())
+    assert highest <= results["peak_rss_mib"] <= highest + 16
     # --profile: a trace of a few more steps, taken apart from the timed ones.
     assert results["profile_dir"] == str(tmp_path / "profile")
     traces = glob.glob(f"{tmp_path}/profile/plugins/profile/*/*.xplane.pb")
