@@ -87,10 +87,14 @@ def test_sigkill_at_a_random_moment_then_resume_is_exact(data, uninterrupted, tm
     workdir = str(tmp_path / "run")
     with open(tmp_path / "killed.log", "w") as log:
         process = _start(data, workdir, log)
-        # Once the first checkpoint exists, kill at a random moment of the next ~1.5 s:
+        # Once two checkpoints exist, kill at a random moment of the next ~3 checkpoint
+        # intervals (measured: machines differ several-fold), before the run's end:
         # inside a loop, between loops or while a checkpoint is being written.
-        _wait_for(lambda: _checkpoint_steps(workdir), process)
-        time.sleep(random.Random(os.getpid()).uniform(0.0, 1.5))
+        _wait_for(lambda: 10 in _checkpoint_steps(workdir), process)
+        first = time.time()
+        _wait_for(lambda: 20 in _checkpoint_steps(workdir), process)
+        interval = time.time() - first
+        time.sleep(random.Random(os.getpid()).uniform(0.0, 3 * interval))
         process.kill()
         process.wait()
     killed_at = max(_checkpoint_steps(workdir), default=0)
