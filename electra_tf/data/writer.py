@@ -15,6 +15,7 @@ from typing import Callable, Iterable
 import tensorflow as tf
 
 from electra_tf import errors
+from electra_tf import workdir as workdir_lib
 from electra_tf.data import examples
 from electra_tf.data import order
 from electra_tf.text import corpus
@@ -251,7 +252,9 @@ def write_pretraining_data(
         "shards": [{"file": name, "num_examples": n, "bytes": size, "chunk_offsets": offsets}
                    for name, n, size, offsets in zip(names, counts, sizes, chunk_offsets)],
     }
-    write_json_atomic(manifest, manifest_path)
+    # Last, whole or not at all: a directory with a manifest is a complete one.
+    workdir_lib.write_json(os.path.dirname(manifest_path), os.path.basename(manifest_path),
+                           manifest)
     return result
 
 
@@ -260,18 +263,6 @@ def tokenizer_settings(lower_case: bool) -> dict:
     return {"type": "FastBertTokenizer", "lower_case_nfd_strip_accents": lower_case,
             "suffix_indicator": "##", "max_bytes_per_word": 100,
             "unknown_token": tokenizer_lib.UNK}
-
-
-def write_json_atomic(obj: dict, path: str) -> None:
-    write_text_atomic(json.dumps(obj, indent=2) + "\n", path)
-
-
-def write_text_atomic(text: str, path: str) -> None:
-    """`text` to `path` through a temporary file: a crash leaves the old file or the new."""
-    tmp = path + ".tmp"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
 def _listed_shards(manifest_path: str) -> list[str]:
