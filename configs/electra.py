@@ -35,6 +35,8 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
     config.data.mask_prob = 0.15        # paper: 15% of tokens masked (25% for Large)
     config.data.mask_token_rate = 0.85  # of those, share set to [MASK]; the rest unchanged
     config.data.random_token_rate = 0.0  # share set to a random token (BERT: 0.1)
+    config.data.whole_word_masking = False  # mask whole words (a word and its ## pieces);
+                                            # paper: off (tokens)
     config.data.shuffle_buffer = 10_000  # examples per shuffled block, per input pipeline
     config.data.skip_damaged_shards = False  # True: read every shard at start, leave out
                                              # damaged ones (else: an error naming them)

@@ -267,13 +267,16 @@ def _read_once(files: list[str], num_pipelines: int, pipeline_id: int) -> tf.dat
 
 def masking_config_for(vocab: tokenizer_lib.Vocab, max_seq_length: int,
                        mask_prob: float = 0.15, mask_token_rate: float = 0.85,
-                       random_token_rate: float = 0.0) -> masking.MaskingConfig:
-    """The masking of a vocab: its special ids, and the original's prediction bound."""
+                       random_token_rate: float = 0.0,
+                       whole_word_masking: bool = False) -> masking.MaskingConfig:
+    """The masking of a vocab: its special ids and `##` pieces, and the original's
+    prediction bound."""
     return masking.MaskingConfig(
         vocab_size=vocab.size, mask_id=vocab.mask_id, special_ids=vocab.special_ids,
         max_predictions=masking.max_predictions_per_seq(mask_prob, max_seq_length),
         mask_prob=mask_prob, mask_token_rate=mask_token_rate,
-        random_token_rate=random_token_rate)
+        random_token_rate=random_token_rate, whole_word_masking=whole_word_masking,
+        continuation_ids=vocab.continuation_ids if whole_word_masking else ())
 
 
 # ---------------------------------------------------------------- a run's input wiring
@@ -300,10 +303,12 @@ def config_files(config, key: str, vocab: tokenizer_lib.Vocab) -> list[str]:
 
 
 def masking_config(config, vocab: tokenizer_lib.Vocab) -> masking.MaskingConfig:
-    """The masking of `config.data` for `vocab`."""
+    """The masking of `config.data` for `vocab` (a config.json from before
+    whole_word_masking masks tokens, as it did)."""
     return masking_config_for(
         vocab, config.data.max_seq_length, config.data.mask_prob,
-        config.data.mask_token_rate, config.data.random_token_rate)
+        config.data.mask_token_rate, config.data.random_token_rate,
+        config.data.get("whole_word_masking", False))
 
 
 def distributed_dataset(strategy, files, config, masking_config, training, step=0):

@@ -110,6 +110,11 @@ class Vocab:
         """Ids that masking never selects: `[PAD]`, `[CLS]`, `[SEP]`."""
         return (self.pad_id, self.cls_id, self.sep_id)
 
+    @property
+    def continuation_ids(self) -> tuple[int, ...]:
+        """Ids of the `##` pieces, which continue a word (whole-word masking)."""
+        return tuple(i for i, token in enumerate(self.tokens) if token.startswith("##"))
+
 
 def make_tokenizer(vocab: Vocab, lower_case: bool = True) -> text.FastBertTokenizer:
     """BERT tokenization (normalize, split on whitespace and punctuation, WordPiece).

@@ -60,6 +60,12 @@ def test_cjk_and_mixed_text_from_sentences_to_served_tokens(tmp_path):
     assert batch["masked_input_ids"].shape == [8, 32]
     assert masking.max_predictions_per_seq(0.15, 32) == batch["masked_lm_ids"].shape[1]
 
+    # Whole-word masking: no CJK character comes out as a `##` piece, so each is a word
+    # of its own (the README says so: word-level masking of Chinese needs a segmenter).
+    emitted = tokenizer.make_tokenizer(vocab).tokenize(DOCUMENTS).flat_values.numpy()
+    cjk = {i for i in emitted if "\u3040" <= vocab.tokens[i].removeprefix("##") <= "\u9fff"}
+    assert cjk and not cjk & set(vocab.continuation_ids)
+
     # Serving tokenizes in the graph as the data was tokenized.
     packer = packer_lib.TextPacker(vocab, 32, lower_case=True)
     ids, mask, _ = packer.pack(tf.constant(["東京は日本の首都です。Tokens!"]))
