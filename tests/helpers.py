@@ -67,6 +67,21 @@ def write_corpus(directory, num_documents=40, sentences_per_document=8, seed=0,
     return path
 
 
+def write_tfds_dataset(data_dir, name, texts) -> str:
+    """A prepared TFDS dataset `name` in `data_dir` whose train split's examples have
+    one feature, `text` (the given bytes); returns `data_dir`."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+    builder = tfds.dataset_builders.TfDataBuilder(
+        name=name, version="1.0.0",
+        split_datasets={"train": tf.data.Dataset.from_tensor_slices({"text": texts})},
+        features=tfds.features.FeaturesDict({"text": tfds.features.Text()}),
+        data_dir=data_dir)
+    builder.download_and_prepare()
+    return data_dir
+
+
 def make_data(directory, vocab, max_seq_length=32, num_shards=2, seed=0, **corpus_kwargs):
     """Corpus → TFRecord shards + manifest in `directory/data`; returns that directory."""
     corpus_path = write_corpus(directory, seed=seed, **corpus_kwargs)
@@ -88,10 +103,11 @@ def learnable_corpus(path, num_documents, seed):
     return path
 
 
-def write_training_data(root) -> dict:
-    """Vocab, train (300 documents) and eval (40) shards of `learnable_corpus` at
-    max_seq_length 32 under `root`: {"vocab", "train", "eval", "root"} paths."""
-    vocab = write_vocab(str(root))
+def write_training_data(root, words=WORDS) -> dict:
+    """Vocab (`write_vocab` of `words`), train (300 documents) and eval (40) shards of
+    `learnable_corpus` at max_seq_length 32 under `root`: {"vocab", "train", "eval",
+    "root"} paths."""
+    vocab = write_vocab(str(root), words)
     out = {"vocab": vocab.path, "root": str(root)}
     for split, n, seed in (("train", 300, 0), ("eval", 40, 1)):
         text = learnable_corpus(os.path.join(root, f"{split}.txt"), n, seed)

@@ -7,6 +7,7 @@ r"""Measures training and data-path speed; prints one JSON line last.
       [--profile [--profile_dir=DIR]]                            # + a TensorBoard trace
   python tools/benchmark.py --mode=input        # masked batches/s from real TFRecords
   python tools/benchmark.py --mode=create_data  # create_pretraining_data vs tokenizer alone
+      [--corpus_copies=60 --beam_workers=1 --beam_workers=2]  # and on Beam (~110 MB)
   python tools/benchmark.py --mode=resume [--resume_steps=0,1000000]  # data position cost
 
 Each mode's logic is a module of electra_tf/benchmark/ (training, input_pipeline,
@@ -108,6 +109,9 @@ _PROFILE_DIR = flags.DEFINE_string(
 _RESUME_STEPS = flags.DEFINE_list(
     "resume_steps", ["0", "1000000"], "Resume mode: the (forged) steps to resume at.")
 _RESUME_REPEATS = flags.DEFINE_integer("resume_repeats", 3, "Resume mode: timings per step.")
+_BEAM_WORKERS = flags.DEFINE_multi_integer(
+    "beam_workers", [1, 2], "--mode=create_data: also time the job on Apache Beam's "
+    "DirectRunner with these numbers of worker processes (none: --beam_workers=0).")
 _CORPUS_COPIES = flags.DEFINE_integer("corpus_copies", 8, "Sample corpus repetitions.",
                                       lower_bound=1)
 
@@ -141,7 +145,8 @@ def _run_mode() -> dict:
                                   batch_size=_flag(_BATCH_SIZE, 128),
                                   steps=_flag(_STEPS, 300))
     if _MODE.value == "create_data":
-        return create_data.run(workdir, corpus_path, vocab, seq_len=seq_len)
+        return create_data.run(workdir, corpus_path, vocab, seq_len=seq_len,
+                               beam_workers=tuple(n for n in _BEAM_WORKERS.value if n > 0))
     return resume.run(_CONFIG.value, workdir, corpus_path, vocab, seq_len=seq_len,
                       steps=resume_steps, repeats=_RESUME_REPEATS.value,
                       batch_size=_BATCH_SIZE.value)

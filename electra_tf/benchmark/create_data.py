@@ -1,17 +1,21 @@
 """--mode=create_data: create_pretraining_data's MB/s of corpus against the tokenizer's
-alone on the same lines (the ratio is what the rest of the writer costs)."""
+alone on the same lines (the ratio is what the rest of the writer costs), and the same job
+on Apache Beam's DirectRunner with 1 and 2 worker processes (`data/beam.py`), each timed
+from the call to the manifest (worker start-up included), on the same corpus."""
 
 import os
 import time
 
 import tensorflow as tf
 
+from electra_tf.data import beam
 from electra_tf.data import writer
 from electra_tf.text import corpus
 from electra_tf.text import tokenizer as tokenizer_lib
 
 
-def run(workdir: str, corpus_path: str, vocab, *, seq_len: int) -> dict:
+def run(workdir: str, corpus_path: str, vocab, *, seq_len: int,
+        beam_workers: tuple[int, ...] = (1, 2)) -> dict:
     with open(corpus_path, encoding="utf-8") as f:
         lines = [line.strip() for line in f]
     size_mb = os.path.getsize(corpus_path) / 1e6
@@ -30,9 +34,24 @@ def run(workdir: str, corpus_path: str, vocab, *, seq_len: int) -> dict:
                                            max_seq_length=seq_len, overwrite=True,
                                            log=lambda _: None)
     create_mb_s = size_mb / (time.perf_counter() - start)
-    return {
+    figures = {
         "corpus_mb": round(size_mb, 1), "examples": result.num_examples,
         "tokenizer_alone_mb_per_sec": round(tokenizer_mb_s, 2),
         "create_pretraining_data_mb_per_sec": round(create_mb_s, 2),
         "ratio": round(create_mb_s / tokenizer_mb_s, 2), "seq_len": seq_len,
     }
+    for workers in beam_workers:
+        options = beam.pipeline_options(
+            f"runner=DirectRunner,direct_num_workers={workers},"
+            "direct_running_mode=multi_processing")
+        start = time.perf_counter()
+        on_beam = beam.write_pretraining_data(corpus.open_corpus(corpus_path), vocab,
+                                              out + "_beam", options, max_seq_length=seq_len,
+                                              overwrite=True, log=lambda _: None)
+        mb_s = size_mb / (time.perf_counter() - start)
+        if on_beam.num_examples != result.num_examples:
+            raise RuntimeError(f"Beam wrote {on_beam.num_examples} examples, the in-process "
+                               f"writer {result.num_examples}")
+        figures[f"beam_{workers}_workers_mb_per_sec"] = round(mb_s, 2)
+        figures[f"beam_{workers}_workers_vs_in_process"] = round(mb_s / create_mb_s, 2)
+    return figures

@@ -93,7 +93,10 @@ class ExampleBuilder:
 
     Calls return the finished example as `(input_ids, num_first)`, where the first
     `num_first` ids are `[CLS] A [SEP]`, or None while an example is still growing.
-    Deterministic for a given `seed`. What the cuts drop is counted, never silent:
+    Deterministic for a given `seed`; with `start_document` at each document's first
+    sentence, each document's examples depend on (seed, that document) alone, not on
+    what came before it, so any split of a corpus among processes (`data/beam.py`) packs
+    the same examples as one pass over it. What the cuts drop is counted, never silent:
     `truncated_tokens` (tokens of the text left out) in `truncated_examples` examples.
     """
 
@@ -106,11 +109,18 @@ class ExampleBuilder:
         self._target_length = max_seq_length
         self._cls = [cls_id]
         self._sep = [sep_id]
+        self._seed = seed
         self._rng = rng or random.Random(seed)  # `rng` lets tests script the draws
         self._sentences: list[list[int]] = []
         self._length = 0
         self.truncated_tokens = 0
         self.truncated_examples = 0
+
+    def start_document(self, key: int) -> None:
+        """Begins a document: its draws come from (seed, `key`), a 32-bit digest of its
+        first sentence, and its first target length is `max_seq_length`."""
+        self._rng.seed((self._seed << 32) | key)
+        self._target_length = self._max_length
 
     def add_sentence(self, token_ids: list[int]):
         """Adds one tokenized sentence; returns a finished example or None."""

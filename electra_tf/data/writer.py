@@ -10,6 +10,7 @@ import dataclasses
 import datetime
 import json
 import os
+import zlib
 from typing import Callable, Iterable
 
 import tensorflow as tf
@@ -29,7 +30,7 @@ BYTES_PER_SHARD = 64 * 2**20
 MAX_DEFAULT_SHARDS = 1024
 # The shortest example `examples.ExampleBuilder` packs: [CLS] A [SEP] B [SEP], a token each.
 MIN_SEQ_LENGTH = 5
-_LINES_PER_BATCH = 2048
+LINES_PER_BATCH = 2048
 
 
 class OutputExistsError(errors.UserError):
@@ -56,6 +57,7 @@ class WriteResult:
     manifest_path: str
     truncated_tokens: int = 0  # wordpieces the packing cut (in the manifest too)
     truncated_examples: int = 0
+    num_shards: int = 0
 
 
 def _tokenized_batches(lines: Iterable[str], tokenizer, failures: list) -> tf.data.Dataset:
@@ -70,7 +72,7 @@ def _tokenized_batches(lines: Iterable[str], tokenizer, failures: list) -> tf.da
         try:
             for line in lines:
                 batch.append(line)
-                if len(batch) == _LINES_PER_BATCH:
+                if len(batch) == LINES_PER_BATCH:
                     yield batch
                     batch = []
         except Exception as e:  # pylint: disable=broad-except
@@ -79,15 +81,21 @@ def _tokenized_batches(lines: Iterable[str], tokenizer, failures: list) -> tf.da
         if batch:
             yield batch
 
+    dataset = tf.data.Dataset.from_generator(
+        batches, output_signature=tf.TensorSpec([None], tf.string))
+    return dataset.map(tokenize_fn(tokenizer), num_parallel_calls=tf.data.AUTOTUNE,
+                       deterministic=True).prefetch(4)
+
+
+def tokenize_fn(tokenizer):
+    """strings [n] → (is_document_end [n], token flat values, row splits [n+1])."""
+
     @tf.autograph.experimental.do_not_convert  # plain TF: skips a second of conversion
     def tokenize(strings):
         ids = tokenizer.tokenize(strings)  # [n, (wordpieces)] ragged int32
         return tf.equal(strings, ""), ids.flat_values, ids.row_splits
 
-    dataset = tf.data.Dataset.from_generator(
-        batches, output_signature=tf.TensorSpec([None], tf.string))
-    return dataset.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE,
-                       deterministic=True).prefetch(4)
+    return tokenize
 
 
 class _Packer:
@@ -100,14 +108,22 @@ class _Packer:
 
     def pack(self, is_end, flat, splits):
         """(is_end [n], flat ids, row splits [n+1]) → (ids, lengths, num_first) of examples."""
-        flat = flat.numpy().tolist()  # one conversion per batch, then list slices
+        array = flat.numpy()
+        flat = array.tolist()  # one conversion per batch, then list slices
         splits = splits.numpy().tolist()
         ends = is_end.numpy().tolist()
         builder = self.builder
         ids, lengths, firsts = [], [], []
+        previous_end = self._previous_end
         for i, end in enumerate(ends):
-            example = (builder.end_document() if end else
-                       builder.add_sentence(flat[splits[i]:splits[i + 1]]))
+            if end:
+                example = builder.end_document()
+            else:
+                if previous_end:  # the first sentence of a document seeds its draws
+                    builder.start_document(
+                        zlib.crc32(array[splits[i]:splits[i + 1]].tobytes()))
+                example = builder.add_sentence(flat[splits[i]:splits[i + 1]])
+            previous_end = end
             if example:
                 ids += example[0]
                 lengths.append(len(example[0]))
@@ -130,6 +146,89 @@ class _Packer:
         return ids, lengths, firsts
 
 
+class Encoder:
+    """Tokenized line batches → serialized examples, and what they hold (`counts`).
+
+    The one path from tokens to records, shared by the in-process writer and every
+    Apache Beam worker (`data/beam.py`): the same packing, the same serialization.
+    """
+
+    def __init__(self, vocab: tokenizer_lib.Vocab, max_seq_length: int, lower_case: bool,
+                 seed: int):
+        # Before any file is touched: it checks max_seq_length.
+        self._packer = _Packer(examples.ExampleBuilder(max_seq_length, vocab.cls_id,
+                                                       vocab.sep_id, seed=seed))
+        self.tokenizer = tokenizer_lib.make_tokenizer(vocab, lower_case=lower_case)
+
+        @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.int32)] * 3)
+        def serialize(input_ids, lengths, num_first):
+            return examples.serialize(input_ids, lengths, num_first, max_seq_length,
+                                      vocab.pad_id)
+
+        self._serialize = serialize
+
+    def encode(self, is_end, flat, splits):
+        """One tokenized batch (see `_tokenized_batches`) → serialized examples [n]."""
+        return self._records(self._packer.pack(is_end, flat, splits))
+
+    def finish(self):
+        """The last example, at the end of the corpus (or of a Beam element)."""
+        return self._records(self._packer.finish())
+
+    def _records(self, packed):
+        if not packed[1]:
+            return []
+        return self._serialize(*(tf.constant(v, tf.int32) for v in packed)).numpy()
+
+    def counts(self) -> dict:
+        packer, builder = self._packer, self._packer.builder
+        return {"num_documents": packer.num_documents, "num_sentences": packer.num_sentences,
+                "num_tokens": packer.num_tokens,
+                # Text the original's packing cuts (a segment longer than its share of
+                # max_seq_length): left out of every example, counted here.
+                "truncated_tokens": builder.truncated_tokens,
+                "truncated_examples": builder.truncated_examples}
+
+
+class ShardFile:
+    """One TFRecord shard under a temporary name, with what the manifest lists of it."""
+
+    def __init__(self, tmp_path: str):
+        self.tmp_path = tmp_path
+        self._writer = tf.io.TFRecordWriter(tmp_path)
+        self.num_examples = 0
+        self.bytes = 0  # written so far
+        self.chunk_offsets = []  # the training order's index (data/order.py)
+
+    def write(self, record: bytes) -> None:
+        if self.num_examples % order.CHUNK == 0:
+            self.chunk_offsets.append(self.bytes)
+        self._writer.write(record)
+        self.num_examples += 1
+        self.bytes += len(record) + 16  # length, its CRC, the data, its CRC
+
+    def close(self) -> dict:
+        self._writer.close()
+        size = tf.io.gfile.stat(self.tmp_path).length
+        if size != self.bytes:  # the chunk offsets would point inside records
+            raise RuntimeError(f"{self.tmp_path}: {size} bytes differ from the records' "
+                               f"framing ({self.bytes})")
+        return {"tmp": self.tmp_path, "num_examples": self.num_examples, "bytes": size,
+                "chunk_offsets": self.chunk_offsets}
+
+    def discard(self) -> None:
+        self._writer.close()
+        if tf.io.gfile.exists(self.tmp_path):
+            tf.io.gfile.remove(self.tmp_path)
+
+
+def check_output_dir(output_dir: str, overwrite: bool, flag: str = "--output_dir") -> None:
+    """Refuses to replace a complete dataset unless `overwrite`."""
+    if tf.io.gfile.exists(os.path.join(output_dir, MANIFEST)) and not overwrite:
+        raise OutputExistsError(f"{output_dir} already holds a dataset ({MANIFEST}); "
+                                f"choose another {flag} or pass --overwrite")
+
+
 def write_pretraining_data(
     source: corpus.Corpus,
     vocab: tokenizer_lib.Vocab,
@@ -141,121 +240,109 @@ def write_pretraining_data(
     overwrite: bool = False,
     log: Callable[[str], None] = print,
 ) -> WriteResult:
-    """Writes the pre-training TFRecords for the lines of a corpus.
+    """Writes the pre-training TFRecords for the lines of a corpus, in this process.
 
     What the corpus is, and what reading it skipped (`source.stats`), go into the
     manifest; progress lines go to `log`.
     """
     if num_shards < 1:
         raise ValueError(f"`num_shards` must be at least 1. Received: `num_shards={num_shards}`")
-    # Before any file is touched: it checks max_seq_length.
-    packer = _Packer(examples.ExampleBuilder(max_seq_length, vocab.cls_id, vocab.sep_id,
-                                             seed=seed))
-    manifest_path = os.path.join(output_dir, MANIFEST)
-    if tf.io.gfile.exists(manifest_path) and not overwrite:
-        raise OutputExistsError(f"{output_dir} already holds a dataset ({MANIFEST}); "
-                                "choose another --output_dir or pass --overwrite")
+    encoder = Encoder(vocab, max_seq_length, lower_case, seed)
+    check_output_dir(output_dir, overwrite)
     tf.io.gfile.makedirs(output_dir)
 
     names = [SHARD_PATTERN.format(i, num_shards) for i in range(num_shards)]
-    tmp_paths = [os.path.join(output_dir, name + ".tmp") for name in names]
-    writers = [tf.io.TFRecordWriter(path) for path in tmp_paths]
-    counts = [0] * num_shards
-    positions = [0] * num_shards  # bytes written to each shard
-    chunk_offsets = [[] for _ in range(num_shards)]  # the training order's index
+    shards = [ShardFile(os.path.join(output_dir, name + ".tmp")) for name in names]
     progress, read = corpus.progress_of(source, log)
     failures = []  # exceptions raised on tf.data threads, re-raised here
-    tokenizer = tokenizer_lib.make_tokenizer(vocab, lower_case=lower_case)
-    tokenized = _tokenized_batches(source.lines, tokenizer, failures)
+    tokenized = _tokenized_batches(source.lines, encoder.tokenizer, failures)
+    num_examples = 0
 
-    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.int32)] * 3)
-    def serialize(input_ids, lengths, num_first):
-        return examples.serialize(input_ids, lengths, num_first, max_seq_length, vocab.pad_id)
-
-    def write(packed):
+    def write(records):
         nonlocal num_examples
-        if not packed[1]:
-            return
-        for record in serialize(*(tf.constant(v, tf.int32) for v in packed)).numpy():
-            shard = num_examples % num_shards
-            if counts[shard] % order.CHUNK == 0:
-                chunk_offsets[shard].append(positions[shard])
-            writers[shard].write(record)
-            counts[shard] += 1
-            positions[shard] += len(record) + 16  # length, its CRC, the data, its CRC
+        for record in records:
+            shards[num_examples % num_shards].write(record)
             num_examples += 1
 
-    num_examples = 0
     try:
         for batch in tokenized:
-            write(packer.pack(*batch))
+            write(encoder.encode(*batch))
             # TFDS progress counts documents already; files count MB, plus documents.
             documents = ({} if source.stats.total_documents
-                         else {"documents": packer.num_documents})
+                         else {"documents": encoder.counts()["num_documents"]})
             progress.update(read(), **documents, examples=num_examples)
-        write(packer.finish())
+        write(encoder.finish())
         if failures:
             raise failures[0]
         if not num_examples:
             raise EmptyOutputError(f"{source.flag()}: the corpus produced no examples "
                                    "(is every line empty?); nothing was written to "
                                    f"{output_dir}")
+        written = [shard.close() for shard in shards]
     except BaseException:
-        for writer, path in zip(writers, tmp_paths):
-            writer.close()
-            tf.io.gfile.remove(path)
+        for shard in shards:
+            shard.discard()
         raise
-    for writer in writers:
-        writer.close()
-    sizes = [tf.io.gfile.stat(path).length for path in tmp_paths]
-    if sizes != positions:  # the chunk offsets would point inside records
-        raise RuntimeError(f"{output_dir}: shard sizes {sizes} differ from the records' "
-                           f"framing {positions}")
+    fields = manifest_fields(encoder.counts(), max_seq_length, seed, vocab, lower_case,
+                             source.source, source.stats.as_dict())
+    return result_of(commit(output_dir, written, fields), progress.elapsed(), output_dir)
 
-    # Commit: drop the old manifest first, so no reader ever sees it beside new shards.
-    old_shards = _listed_shards(manifest_path)
-    if old_shards:
-        tf.io.gfile.remove(manifest_path)
-    for tmp, name in zip(tmp_paths, names):
-        tf.io.gfile.rename(tmp, os.path.join(output_dir, name), overwrite=True)
-    for stale in set(old_shards) - set(names):
-        path = os.path.join(output_dir, stale)
-        if tf.io.gfile.exists(path):
-            tf.io.gfile.remove(path)
 
-    result = WriteResult(num_examples, packer.num_documents, packer.num_sentences,
-                         packer.num_tokens,
-                         source.stats.bytes, progress.elapsed(), manifest_path,
-                         packer.builder.truncated_tokens, packer.builder.truncated_examples)
-    manifest = {
+def manifest_fields(counts: dict, max_seq_length: int, seed: int, vocab, lower_case: bool,
+                    source: dict, input_stats: dict) -> dict:
+    """The manifest but its shard list: what the data holds and how it was made."""
+    return {
         "format": MANIFEST_FORMAT,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "num_examples": num_examples,
-        "num_documents": packer.num_documents,
-        "num_sentences": packer.num_sentences,
-        "num_tokens": packer.num_tokens,
-        # Text the original's packing cuts (a segment longer than its share of
-        # max_seq_length): left out of every example, counted here.
-        "truncated_tokens": packer.builder.truncated_tokens,
-        "truncated_examples": packer.builder.truncated_examples,
+        **counts,
         "max_seq_length": max_seq_length,
         "seed": seed,
         "vocab": {"file": os.path.abspath(vocab.path), "sha256": vocab.sha256,
                   "size": vocab.size},
         "tokenizer": tokenizer_settings(lower_case),
-        "source": source.source,
-        "input": source.stats.as_dict(),
+        "source": source,
+        "input": input_stats,
+    }
+
+
+def commit(output_dir: str, shards: list[dict], fields: dict) -> dict:
+    """Gives the temporary `shards` (`ShardFile.close()`'s) their final names and writes
+    the manifest, last; returns it. A directory with a manifest is a complete one."""
+    manifest_path = os.path.join(output_dir, MANIFEST)
+    names = [SHARD_PATTERN.format(i, len(shards)) for i in range(len(shards))]
+    # Drop the old manifest first, so no reader ever sees it beside new shards.
+    old_shards = _listed_shards(manifest_path)
+    if old_shards:
+        tf.io.gfile.remove(manifest_path)
+    for shard, name in zip(shards, names):
+        tf.io.gfile.rename(shard["tmp"], os.path.join(output_dir, name), overwrite=True)
+    for stale in set(old_shards) - set(names):
+        path = os.path.join(output_dir, stale)
+        if tf.io.gfile.exists(path):
+            tf.io.gfile.remove(path)
+    manifest = {
+        **fields,
+        "num_examples": sum(shard["num_examples"] for shard in shards),
         # Each shard's size: a reader tells a truncated or overwritten shard by it. Its
         # chunk offsets: where records 0, chunk_records, 2·chunk_records, ... start
         # (data/order.py: a run resumes anywhere without reading what it skips).
         "chunk_records": order.CHUNK,
-        "shards": [{"file": name, "num_examples": n, "bytes": size, "chunk_offsets": offsets}
-                   for name, n, size, offsets in zip(names, counts, sizes, chunk_offsets)],
+        "shards": [{"file": name, "num_examples": shard["num_examples"],
+                    "bytes": shard["bytes"], "chunk_offsets": shard["chunk_offsets"]}
+                   for name, shard in zip(names, shards)],
     }
-    # Last, whole or not at all: a directory with a manifest is a complete one.
-    workdir_lib.write_json(os.path.dirname(manifest_path), os.path.basename(manifest_path),
-                           manifest)
-    return result
+    # Last, whole or not at all.
+    workdir_lib.write_json(output_dir, MANIFEST, manifest)
+    return manifest
+
+
+def result_of(manifest: dict, seconds: float, output_dir: str) -> WriteResult:
+    """The summary a tool prints, from a manifest."""
+    m = manifest
+    return WriteResult(m["num_examples"], m["num_documents"], m["num_sentences"],
+                       m["num_tokens"], m["input"]["bytes"], seconds,
+                       os.path.join(output_dir, MANIFEST), m["truncated_tokens"],
+                       m["truncated_examples"], len(m["shards"]))
 
 
 def tokenizer_settings(lower_case: bool) -> dict:

@@ -270,32 +270,105 @@ def read_lines(paths: list[str], stats: CorpusStats) -> Iterator[str]:
     `stats`; an unreadable file raises `CorpusError` naming it.
     """
     for path in paths:
-        stats.files += 1
-        opener = gzip.open if path.endswith(".gz") else open
-        n = 0
-        try:
-            with opener(path, "rb") as f:
-                for n, raw in enumerate(f, start=1):
-                    stats.bytes += len(raw)
-                    try:
-                        line = raw.decode("utf-8")
-                    except UnicodeDecodeError:
-                        stats.invalid_utf8_lines += 1
-                        stats.first_invalid_utf8 = stats.first_invalid_utf8 or f"{path}:{n}"
-                        continue
-                    yield _clip(line.strip(), stats, path, n)
-        except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
-            raise CorpusError(f"{path}: cannot read line {n + 1}: {e}") from e
-        if n == 0:
-            stats.empty_files.append(path)
-        stats.lines += n
-        yield ""
+        yield from read_range(FileRange(path), stats)
 
 
-def _clip(line: str, stats: CorpusStats, where: str, n: int) -> str:
+@dataclasses.dataclass(frozen=True)
+class FileRange:
+    """The documents of `path` whose first line starts in bytes [start, end) (end None:
+    to the end of the file), after the first blank line at or after `start` when
+    `start > 0`: ranges that tile a file read each document exactly once, whole."""
+
+    path: str
+    start: int = 0
+    end: int | None = None
+
+
+def split_files(paths: list[str], range_bytes: int) -> list[FileRange]:
+    """Each file as ranges of about `range_bytes` (a `.gz` file is one range: a stream
+    cannot be entered in the middle), in file order."""
+    ranges = []
+    for path in paths:
+        size = os.path.getsize(path)
+        if path.endswith(".gz") or size <= range_bytes:
+            ranges.append(FileRange(path))
+            continue
+        starts = list(range(0, size, range_bytes))
+        ranges.extend(FileRange(path, s, e) for s, e in zip(starts, starts[1:] + [None]))
+    return ranges
+
+
+def read_range(part: FileRange, stats: CorpusStats) -> Iterator[str]:
+    """Yields the corpus lines of one `FileRange` (then an empty line), as `read_lines`.
+
+    A range that starts inside a file skips the document under way there (its range
+    before reads it to its end) and reads on past `end` to the end of its last document.
+    Lines are numbered in messages from the start of the range: `path:N` for the first
+    range of a file, `path@start:N` for the others.
+    """
+    path, start, end = part.path, part.start, part.end
+    where = path if not start else f"{path}@{start}"
+    stats.files += not start
+    opener = gzip.open if path.endswith(".gz") else open
+    n = 0
+    try:
+        with opener(path, "rb") as f:
+            position = start
+            if start:  # to the first line that starts at `start` or later ...
+                f.seek(start - 1)
+                position += len(f.readline()) - 1
+                while True:  # ... and past the end of the document under way
+                    line_start = position
+                    raw = f.readline()
+                    position += len(raw)
+                    if not raw or _is_blank(raw):
+                        break
+                if not raw or (end is not None and line_start >= end):
+                    f.seek(0, os.SEEK_END)  # that blank line ends this range too: none
+            while True:
+                line_start = position
+                raw = f.readline()
+                if not raw:
+                    break
+                position += len(raw)
+                n += 1
+                line = _decode(raw, stats, f"{where}:{n}")
+                if line is None:
+                    continue
+                line = _clip(line.strip(), stats, f"{where}:{n}")
+                yield line
+                if not line and end is not None and line_start >= end:
+                    break  # the next range starts after this blank line
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise CorpusError(f"{where}: cannot read line {n + 1}: {e}") from e
+    if n == 0 and not start:
+        stats.empty_files.append(path)
+    stats.lines += n
+    yield ""
+
+
+def _decode(raw: bytes, stats: CorpusStats, where: str) -> str | None:
+    """UTF-8 text, or None (counted in `stats`, the first one's place kept)."""
+    stats.bytes += len(raw)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        stats.invalid_utf8_lines += 1
+        stats.first_invalid_utf8 = stats.first_invalid_utf8 or where
+        return None
+
+
+def _is_blank(raw: bytes) -> bool:
+    try:
+        return not raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return False
+
+
+def _clip(line: str, stats: CorpusStats, where: str) -> str:
     if len(line) > MAX_LINE_CHARS:
         stats.truncated_lines += 1
-        stats.first_truncated = stats.first_truncated or f"{where}:{n}"
+        stats.first_truncated = stats.first_truncated or where
         return line[:MAX_LINE_CHARS]
     return line
 
@@ -332,21 +405,20 @@ def tfds_lines(name: str, data_dir: str | None, text_key: str,
 
 def _tfds_example_lines(dataset, name, text_key, stats):
     for n, example in enumerate(dataset.as_numpy_iterator(), start=1):
-        raw = example[text_key]
-        stats.bytes += len(raw)
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            stats.invalid_utf8_lines += 1
-            stats.first_invalid_utf8 = stats.first_invalid_utf8 or f"{name}:example {n}"
-            stats.documents += 1  # read (and counted as skipped)
-            continue
-        for paragraph in text.split("\n"):
-            for sentence in split_sentences(paragraph):
-                stats.lines += 1
-                yield _clip(sentence, stats, f"{name}:example", n)
-        stats.documents += 1
-        yield ""
+        yield from tfds_document_lines(example[text_key], name, n, stats)
+
+
+def tfds_document_lines(raw: bytes, name: str, n, stats: CorpusStats) -> Iterator[str]:
+    """Example `n` of TFDS's `name`: its text → its corpus lines (none if not UTF-8)."""
+    stats.documents += 1  # read (and counted as skipped when not UTF-8)
+    text = _decode(raw, stats, f"{name}:example {n}")
+    if text is None:
+        return
+    for paragraph in text.split("\n"):
+        for sentence in split_sentences(paragraph):
+            stats.lines += 1
+            yield _clip(sentence, stats, f"{name}:example:{n}")
+    yield ""
 
 
 # ---------------------------------------------------------------------------- one entry
@@ -361,6 +433,7 @@ class Corpus:
     total_bytes: int | None  # text bytes, for the ETA; None when unknown (TFDS, .gz)
     source: dict
     size_estimate: int = 0  # text bytes, estimated where unknown (.gz: 4x), for sharding
+    paths: list[str] = dataclasses.field(default_factory=list)  # the --input files
 
     def flag(self) -> str:
         """The flag the corpus came from, for messages: `--input=GLOB` or `--tfds=NAME`."""
@@ -397,4 +470,4 @@ def open_corpus(input_pattern: str | None = None, tfds_name: str | None = None,
     compressed = any(p.endswith(".gz") for p in paths)
     estimate = sum(size * (4 if p.endswith(".gz") else 1) for p, size in zip(paths, sizes))
     return Corpus(read_lines(paths, stats), stats, None if compressed else sum(sizes),
-                  {"input": input_pattern, "files": len(paths)}, estimate)
+                  {"input": input_pattern, "files": len(paths)}, estimate, paths)

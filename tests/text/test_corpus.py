@@ -8,6 +8,7 @@ import pytest
 
 from electra_tf import errors
 from electra_tf.text import corpus
+from tests import helpers
 
 
 def _write_bytes(path, data: bytes) -> str:
@@ -504,17 +505,8 @@ _TFDS_TEXTS = [
 
 @pytest.fixture(scope="module")
 def tfds_dir(tmp_path_factory):
-    tfds = pytest.importorskip("tensorflow_datasets")
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-    data_dir = str(tmp_path_factory.mktemp("tfds"))
-    builder = tfds.dataset_builders.TfDataBuilder(
-        name=_TFDS_NAME, version="1.0.0",
-        split_datasets={"train": tf.data.Dataset.from_tensor_slices({"text": _TFDS_TEXTS})},
-        features=tfds.features.FeaturesDict({"text": tfds.features.Text()}),
-        data_dir=data_dir)
-    builder.download_and_prepare()
-    return data_dir
+    return helpers.write_tfds_dataset(str(tmp_path_factory.mktemp("tfds")), _TFDS_NAME,
+                                      _TFDS_TEXTS)
 
 
 # One document per example; TFDS shuffles examples when preparing, so their order in

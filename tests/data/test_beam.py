@@ -1,0 +1,205 @@
+"""create_pretraining_data on Apache Beam: the same examples as the in-process writer,
+with any number of workers; named corpus errors; a killed run leaves no dataset."""
+
+import collections
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from electra_tf.data import beam
+from electra_tf.data import examples
+from electra_tf.data import pipeline
+from electra_tf.data import writer
+from electra_tf.text import corpus
+from tests import helpers
+
+SEQ = 32
+TWO_WORKERS = "runner=DirectRunner,direct_num_workers=2,direct_running_mode=multi_processing"
+IN_MEMORY = "runner=DirectRunner,direct_num_workers=1"
+# Whatever the manifest says of the data (not when it was made, nor how it is sharded).
+SAME = ("num_examples", "num_documents", "num_sentences", "num_tokens", "truncated_tokens",
+        "truncated_examples", "max_seq_length", "seed", "vocab", "tokenizer", "source")
+SAME_INPUT = ("files", "bytes", "lines", "invalid_utf8_lines", "truncated_lines")
+
+
+@pytest.fixture(scope="module")
+def corpus_files(tmp_path_factory):
+    """Several files: plain, gzipped, one with a bad line, one split into ranges."""
+    root = tmp_path_factory.mktemp("corpus")
+    vocab = helpers.write_vocab(str(root))
+    paths = [helpers.write_corpus(str(root), num_documents=30, seed=i, name=f"c{i}.txt")
+             for i in range(3)]
+    big = helpers.write_corpus(str(root), num_documents=400, seed=7, name="big.txt")
+    with open(big, "ab") as f:
+        f.write(b"the cat \xff\xfe sat .\n\nthe dog ran .\n")
+    with open(paths[0], "rb") as f, gzip.open(str(root / "c0.txt.gz"), "wb") as g:
+        g.write(f.read())
+    os.remove(paths[0])
+    pattern = ",".join([str(root / "c*.txt*"), big])
+    return vocab, pattern, big
+
+
+def write(out, vocab, pattern, options=None, **kwargs):
+    source = corpus.open_corpus(pattern)
+    kwargs = dict(max_seq_length=SEQ, seed=3, log=lambda _: None, **kwargs)
+    if options is None:
+        return writer.write_pretraining_data(source, vocab, str(out), num_shards=2, **kwargs)
+    return beam.write_pretraining_data(source, vocab, str(out),
+                                       beam.pipeline_options(options), **kwargs)
+
+
+def read(directory):
+    with open(os.path.join(directory, writer.MANIFEST)) as f:
+        manifest = json.load(f)
+    files = [os.path.join(directory, shard["file"]) for shard in manifest["shards"]]
+    rows = []
+    for batch in tf.data.TFRecordDataset(files).batch(4096):
+        parsed = examples.parse(batch, SEQ)
+        rows += [tuple(map(tuple, row)) for row in
+                 zip(*(parsed[name].numpy().tolist() for name in examples.FEATURE_NAMES))]
+    return manifest, collections.Counter(rows)
+
+
+def assert_same_data(one, other):
+    (m1, rows1), (m2, rows2) = read(one), read(other)
+    assert rows1 == rows2 and sum(rows1.values()) == m1["num_examples"] > 0
+    assert {k: m1[k] for k in SAME} == {k: m2[k] for k in SAME}
+    assert ({k: m1["input"][k] for k in SAME_INPUT} ==
+            {k: m2["input"][k] for k in SAME_INPUT})
+    return m1, m2
+
+
+def test_two_workers_write_the_examples_of_the_in_process_writer(
+        tmp_path, corpus_files, monkeypatch):
+    vocab, pattern, big = corpus_files
+    # The big file in ranges that start inside documents (read on the driver).
+    monkeypatch.setattr(beam, "RANGE_BYTES", os.path.getsize(big) // 5 + 1)
+    write(tmp_path / "in_process", vocab, pattern)
+    result = write(tmp_path / "beam", vocab, pattern, TWO_WORKERS)
+    in_process, on_beam = assert_same_data(tmp_path / "in_process", tmp_path / "beam")
+    assert on_beam["input"]["invalid_utf8_lines"] == 1 and on_beam["num_documents"] == 491
+    assert result.num_examples == on_beam["num_examples"] and result.num_shards >= 1
+    # Nothing of the job is left beside the dataset, and training reads it as it is.
+    assert sorted(os.listdir(tmp_path / "beam")) == sorted(
+        [writer.MANIFEST] + [s["file"] for s in on_beam["shards"]])
+    assert pipeline.resolve_files(str(tmp_path / "beam"), SEQ, vocab)
+    del in_process
+
+
+def test_in_memory_runner_and_another_split_write_the_same(tmp_path, corpus_files,
+                                                           monkeypatch):
+    vocab, pattern, _ = corpus_files
+    write(tmp_path / "in_process", vocab, pattern)
+    monkeypatch.setattr(beam, "RANGE_BYTES", 2000)  # many ranges, of every file
+    write(tmp_path / "beam", vocab, pattern, IN_MEMORY)
+    assert_same_data(tmp_path / "in_process", tmp_path / "beam")
+
+
+def test_tfds_source(tmp_path):
+    texts = [f"Sentence {i} is here. And another one, {i}!\nA paragraph.".encode()
+             for i in range(50)]
+    data_dir = helpers.write_tfds_dataset(str(tmp_path / "tfds"), "beam_text_corpus", texts)
+    vocab = helpers.write_vocab(str(tmp_path), words=helpers.WORDS + ["sentence", "is",
+                                                                        "here", "another"])
+    for name, options in (("in_process", None), ("beam", IN_MEMORY)):
+        source = corpus.open_corpus(tfds_name="beam_text_corpus:train",
+                                    tfds_data_dir=data_dir)
+        kwargs = dict(max_seq_length=SEQ, seed=3, log=lambda _: None)
+        if options:
+            beam.write_pretraining_data(source, vocab, str(tmp_path / name),
+                                        beam.pipeline_options(options), **kwargs)
+        else:
+            writer.write_pretraining_data(source, vocab, str(tmp_path / name), **kwargs)
+    _, on_beam = assert_same_data(tmp_path / "in_process", tmp_path / "beam")
+    assert on_beam["num_documents"] == 50 and on_beam["input"]["documents"] == 50
+
+
+def test_a_bad_file_is_named_and_nothing_is_written(tmp_path):
+    vocab = helpers.write_vocab(str(tmp_path))
+    good = helpers.write_corpus(str(tmp_path), num_documents=5)
+    bad = tmp_path / "bad.txt.gz"
+    bad.write_bytes(b"not gzip at all\n")
+    with pytest.raises(corpus.CorpusError, match=r"bad\.txt\.gz: cannot read line 1"):
+        write(tmp_path / "out", vocab, f"{good},{bad}", IN_MEMORY)
+    assert os.listdir(tmp_path / "out") == []  # no shard, no manifest, no staging
+
+
+def test_a_killed_runs_leftovers_are_removed_and_an_existing_dataset_kept(
+        tmp_path, corpus_files):
+    vocab, pattern, _ = corpus_files
+    out = tmp_path / "out"
+    write(out, vocab, pattern, IN_MEMORY)
+    before = helpers.snapshot(str(out))
+    # What a run killed half-way leaves: staged shards and progress, no new manifest.
+    leftovers = out / beam.STAGING / "shards"
+    leftovers.mkdir(parents=True)
+    (leftovers / "0123.tfrecord").write_bytes(b"half a record")
+    with pytest.raises(writer.OutputExistsError):
+        write(out, vocab, pattern, IN_MEMORY)
+    assert (leftovers / "0123.tfrecord").exists()  # refused: nothing touched
+    write(out, vocab, pattern, IN_MEMORY, overwrite=True)
+    after = helpers.snapshot(str(out))
+    assert not any(name.startswith(beam.STAGING) for name in after)
+    assert ({k: v for k, v in before.items() if k != writer.MANIFEST} ==
+            {k: v for k, v in after.items() if k != writer.MANIFEST})
+    shutil.rmtree(out)
+
+
+def test_pipeline_options_are_checked():
+    assert beam.pipeline_options(TWO_WORKERS).get_all_options()["direct_num_workers"] == 2
+    with pytest.raises(beam.errors.UserError, match="unknown option 'num_wrkers=2'"):
+        beam.pipeline_options("runner=DirectRunner,num_wrkers=2")
+    with pytest.raises(beam.errors.UserError, match="empty"):
+        beam.pipeline_options(" , ")
+
+
+def test_tool_runs_on_beam_and_refuses_num_shards(tmp_path, corpus_files):
+    vocab, pattern, _ = corpus_files
+    args = [f"--input={pattern}", f"--vocab_file={vocab.path}", f"--max_seq_length={SEQ}",
+            f"--beam_pipeline_options={IN_MEMORY}"]
+    result = helpers.run_tool("create_pretraining_data.py", *args,
+                              f"--output_dir={tmp_path / 'out'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "shard(s) to" in result.stdout and "MB/s" in result.stdout
+    refused = helpers.run_tool("create_pretraining_data.py", *args, "--num_shards=3",
+                               f"--output_dir={tmp_path / 'other'}")
+    assert "--num_shards" in helpers.one_line_error(refused)
+    assert not (tmp_path / "other").exists()
+
+
+@pytest.mark.slow  # a Beam job killed with its workers, then the same command again
+def test_sigkill_leaves_no_manifest_and_the_rerun_starts_clean(tmp_path):
+    vocab = helpers.write_vocab(str(tmp_path))
+    for i in range(4):
+        helpers.write_corpus(str(tmp_path), num_documents=3000, seed=i, name=f"c{i}.txt")
+    out = tmp_path / "out"
+    command = [sys.executable, os.path.join(helpers.ROOT, "tools",
+                                            "create_pretraining_data.py"),
+               f"--input={tmp_path / 'c*.txt'}", f"--vocab_file={vocab.path}",
+               f"--output_dir={out}", f"--max_seq_length={SEQ}",
+               f"--beam_pipeline_options={TWO_WORKERS}"]
+    job = subprocess.Popen(command, env=helpers.child_env(), start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shards = out / beam.STAGING / "shards"
+    deadline = time.monotonic() + 300
+    while not (shards.exists() and any(p.stat().st_size for p in shards.iterdir())):
+        assert job.poll() is None and time.monotonic() < deadline, "no shard was written"
+        time.sleep(0.05)
+    os.killpg(job.pid, signal.SIGKILL)  # the driver and its worker processes
+    job.wait()
+    assert not (out / writer.MANIFEST).exists()
+    rerun = subprocess.run(command, env=helpers.child_env(), capture_output=True, text=True,
+                           timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    manifest, rows = read(out)
+    assert sum(rows.values()) == manifest["num_examples"] > 0
+    assert sorted(os.listdir(out)) == sorted(
+        [writer.MANIFEST] + [s["file"] for s in manifest["shards"]])
