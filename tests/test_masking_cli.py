@@ -1,0 +1,76 @@
+"""Whole-word masking from the command line: trains, resumes exactly, exports.
+(tests/data/test_masking.py: the selection itself, eagerly and inside tf.data.)"""
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import ml_collections
+import pytest
+import tensorflow as tf
+
+from electra_tf import workdir as workdir_lib
+from electra_tf.data import pipeline
+from electra_tf.text import tokenizer
+from tests import helpers
+from tests import test_reliability as reliability
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """The shared training data, but "happy" is two tokens, "hap ##py": words of
+    several pieces to mask whole."""
+    words = [w for w in helpers.WORDS if w != "happy"] + ["hap", "##py"]
+    return helpers.write_training_data(tmp_path_factory.mktemp("data"), words)
+
+
+def _run(command):
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                            env=helpers.child_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def _train(data, workdir):
+    """Four steps with whole-word masking, a checkpoint every two."""
+    return _run(helpers.train_command(
+        data, workdir, "--config.data.whole_word_masking=true", "--config.data.eval_files=",
+        "--config.train.checkpoint_every=2", "--config.train.steps_per_loop=2",
+        "--config.train.log_every=2", steps=4))
+
+
+def test_whole_word_masking_trains_resumes_exactly_and_exports(data, tmp_path):
+    whole, resumed = str(tmp_path / "whole"), str(tmp_path / "resumed")
+    _train(data, whole)
+
+    # The run masked whole words: the flag reached config.json and the masking it builds.
+    config = ml_collections.ConfigDict(json.load(open(os.path.join(whole, "config.json"))))
+    vocab = tokenizer.Vocab.load(data["vocab"])
+    masking_config = pipeline.masking_config(config, vocab)
+    assert masking_config.whole_word_masking
+    assert [vocab.tokens[i] for i in masking_config.continuation_ids] == [
+        "##py", "##s", "##ed"]
+    batch = next(iter(pipeline.pretraining_dataset(
+        pipeline.config_files(config, "train_files", vocab), 16, 32, masking_config, seed=0)))
+    ids, chosen = batch["input_ids"].numpy(), batch["masked_lm_ids"].numpy()
+    assert vocab.id("##py") in ids and vocab.id("##py") in chosen
+
+    # A copy stopped after its step-2 checkpoint resumes to the uninterrupted weights.
+    shutil.copytree(whole, resumed)
+    checkpoints = workdir_lib.checkpoints(resumed)
+    for path in glob.glob(os.path.join(checkpoints, "ckpt-4.*")):
+        os.remove(path)
+    tf.compat.v1.train.update_checkpoint_state(checkpoints, os.path.join(checkpoints, "ckpt-2"))
+    assert "Resumed from" in _train(data, resumed).stderr
+    reliability._assert_same_checkpoint(  # pylint: disable=protected-access
+        workdir_lib.latest_checkpoint(resumed), workdir_lib.latest_checkpoint(whole))
+
+    export_dir = str(tmp_path / "models" / "1")
+    _run([sys.executable, "tools/export_savedmodel.py", f"--workdir={whole}",
+          f"--output={export_dir}"])
+    assert os.path.exists(os.path.join(export_dir, "saved_model.pb"))
