@@ -93,13 +93,18 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
                                               # (TensorBoard text "predictions"); 0: none
     config.train.profile_steps = 0            # N > 0: a TensorBoard profile (Profile tab)
                                               # of N steps after the first loop (compiled)
-    config.train.algorithm = "joint"          # joint|two_stage (training/algorithms.py);
-                                              # paper: joint (two-stage did not help)
+    config.train.algorithm = "joint"          # joint|two_stage|adversarial (training/
+                                              # algorithms/); paper: joint (two-stage and
+                                              # adversarial did not help)
     config.train.two_stage_generator_steps = 0  # two_stage: steps the generator trains
                                               # alone (MLM) before the discriminator,
                                               # initialised from it, trains alone (RTD);
+                                              # 0: half of steps (paper: n steps each);
                                               # needs the generator of the
                                               # discriminator's shape
+    config.train.adversarial_mlm_weight = 0.0  # adversarial: weight of the generator's
+                                              # MLM loss beside its policy gradient;
+                                              # paper: none (0)
     config.train.seed = 0                     # init, data order, sampling
     config.train.mixed_precision = "auto"     # auto|float32|bfloat16|float16 (auto: bf16 on
                                               # TPU and Ampere+ GPUs, fp16 older GPUs, fp32 CPU)

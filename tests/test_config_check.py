@@ -33,7 +33,8 @@ ZERO_ALLOWED = {
     "model.generator_embedding_size", "model.disc_weight", "model.dropout",
     "train.warmup_steps", "train.weight_decay", "train.adam_beta1", "train.adam_beta2",
     "train.clip_norm", "train.eval_predictions", "train.profile_steps",
-    "train.two_stage_generator_steps", "train.seed", "runtime.cpu_devices",
+    "train.two_stage_generator_steps", "train.adversarial_mlm_weight", "train.seed",
+    "runtime.cpu_devices",
     "model.answerable_weight", "model.null_threshold", "train.warmup_proportion"}
 # Fine-tuning: 0 takes the pre-trained model's rates; evaluations every epoch.
 ZERO_ALLOWED_FINETUNING = {"train.learning_rate", "train.layerwise_lr_decay",

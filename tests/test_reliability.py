@@ -30,24 +30,33 @@ RUN = ("--config.data.eval_files=", "--config.train.checkpoint_every=10",
 
 @pytest.fixture(scope="module")
 def uninterrupted(data, tmp_path_factory):
-    """The final checkpoint of a run that nothing interrupts."""
-    workdir = str(tmp_path_factory.mktemp("uninterrupted") / "run")
-    result = _run(data, workdir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+    """`uninterrupted(algorithm="joint")`: the final checkpoint of a run of that training
+    algorithm that nothing interrupts (each run once per module)."""
+    finals = {}
+
+    def final(algorithm="joint"):
+        if algorithm not in finals:
+            workdir = str(tmp_path_factory.mktemp("uninterrupted") / algorithm)
+            result = _run(data, workdir, algorithm)
+            assert result.returncode == 0, result.stderr[-3000:]
+            finals[algorithm] = tf.train.latest_checkpoint(
+                os.path.join(workdir, "checkpoints"))
+        return finals[algorithm]
+    return final
 
 
-def _command(data, workdir):
-    return helpers.train_command(data, workdir, *RUN, steps=STEPS)
+def _command(data, workdir, algorithm="joint"):
+    return helpers.train_command(data, workdir, *RUN, f"--config.train.algorithm={algorithm}",
+                                 steps=STEPS)
 
 
-def _run(data, workdir):
-    return subprocess.run(_command(data, workdir), cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+def _run(data, workdir, algorithm="joint"):
+    return subprocess.run(_command(data, workdir, algorithm), cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
 
 
-def _start(data, workdir, log):
-    return subprocess.Popen(_command(data, workdir), cwd=ROOT, stdout=log,
+def _start(data, workdir, log, algorithm="joint"):
+    return subprocess.Popen(_command(data, workdir, algorithm), cwd=ROOT, stdout=log,
                             stderr=subprocess.STDOUT)
 
 
@@ -83,10 +92,12 @@ def _assert_same_checkpoint(a, b):
 
 
 @pytest.mark.slow  # three training processes; each draw's determinism has a fast test
-def test_sigkill_at_a_random_moment_then_resume_is_exact(data, uninterrupted, tmp_path):
+@pytest.mark.parametrize("algorithm", ["joint", "adversarial"])  # adversarial: its baseline
+def test_sigkill_at_a_random_moment_then_resume_is_exact(data, uninterrupted, tmp_path,
+                                                         algorithm):
     workdir = str(tmp_path / "run")
     with open(tmp_path / "killed.log", "w") as log:
-        process = _start(data, workdir, log)
+        process = _start(data, workdir, log, algorithm)
         # Once two checkpoints exist, kill at a random moment of the next ~3 checkpoint
         # intervals (measured: machines differ several-fold), before the run's end:
         # inside a loop, between loops or while a checkpoint is being written.
@@ -102,13 +113,13 @@ def test_sigkill_at_a_random_moment_then_resume_is_exact(data, uninterrupted, tm
 
     # The killed run's lock (its pid gone) is taken over: the same command just resumes.
     assert os.path.exists(os.path.join(workdir, "lock.json"))
-    result = _run(data, workdir)
+    result = _run(data, workdir, algorithm)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Resumed from" in result.stderr and "Taking over" in result.stderr
     assert not os.path.exists(os.path.join(workdir, "lock.json"))
     final = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
     assert final.endswith(f"ckpt-{STEPS}")
-    _assert_same_checkpoint(final, uninterrupted)
+    _assert_same_checkpoint(final, uninterrupted(algorithm))
 
 
 @pytest.mark.slow  # tests/training/test_faults.py covers the mid-loop stop in process
@@ -133,7 +144,7 @@ def test_sigterm_saves_at_the_next_step_and_exits_0_then_resume_is_exact(
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"ckpt-{stopped_at}" in result.stderr
     _assert_same_checkpoint(
-        tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")), uninterrupted)
+        tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")), uninterrupted())
 
 
 @pytest.mark.slow  # tests/training/test_faults.py covers the stop and the names in process
@@ -162,7 +173,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(data, uninterr
     the state file names but that cannot be read (a damaged disk) is reported and the
     one before it restores, and the run retrains to the same weights."""
     workdir = tmp_path / "run"
-    shutil.copytree(os.path.dirname(os.path.dirname(uninterrupted)), workdir)
+    shutil.copytree(os.path.dirname(os.path.dirname(uninterrupted())), workdir)
     checkpoints = workdir / "checkpoints"
     assert _checkpoint_steps(str(workdir)) == [50, 60]
     (checkpoints / "ckpt-70.index").write_bytes(b"half-written")  # a crash while saving
@@ -173,7 +184,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(data, uninterr
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"Cannot read checkpoint {checkpoints / 'ckpt-60'}" in result.stderr
     assert f"Resumed from {checkpoints / 'ckpt-50'} at step 50" in result.stderr
-    _assert_same_checkpoint(str(checkpoints / "ckpt-60"), uninterrupted)
+    _assert_same_checkpoint(str(checkpoints / "ckpt-60"), uninterrupted())
 
 
 @pytest.mark.slow  # three training processes; the stream's own test is fast (test_order.py)

@@ -73,3 +73,34 @@ def pretraining_loss(outputs, batch, disc_weight, num_masked=None, num_tokens=No
     values = {"mlm_loss": mlm, "rtd_loss": rtd,
               "mlm_token_losses": mlm_tokens, "rtd_token_losses": rtd_tokens}
     return mlm + disc_weight * rtd, values
+
+
+def policy_gradient_loss(log_probs, rewards, baselines, weights, num_masked=None):
+    """REINFORCE with a learned baseline, at the masked positions: (policy loss, baseline
+    loss, values). All inputs `[B, P]` (float32); `num_masked` the normalizer (default:
+    Σ weights).
+
+    Minimising the policy loss, mean of −(reward − baseline) · log p(sample), ascends the
+    expected reward (its gradient in the logits is −(reward − baseline) · ∇ log p); reward
+    and baseline are constants to it. The baseline loss, mean of (reward − baseline)², is
+    a regression of the baseline on the reward and trains the baseline only.
+    `values`: `reward_tokens` and `baseline_token_losses`, `[B, P]`.
+
+    >>> import tensorflow as tf
+    >>> policy, baseline, _ = policy_gradient_loss(
+    ...     tf.math.log([[0.5, 0.25]]), tf.constant([[2.0, 1.0]]),
+    ...     tf.constant([[1.0, 1.0]]), tf.constant([[1.0, 1.0]]))
+    >>> round(float(policy), 4), float(baseline)  # −(1 · ln 0.5 + 0 · ln 0.25) / 2
+    (0.3466, 0.5)
+    """
+    weights = tf.cast(weights, tf.float32)
+    if num_masked is None:
+        num_masked = tf.reduce_sum(weights)
+    rewards = tf.stop_gradient(tf.cast(rewards, tf.float32))
+    baselines = tf.cast(baselines, tf.float32)
+    advantage = tf.stop_gradient(rewards - baselines)
+    policy = mean(-advantage * log_probs, weights, num_masked)
+    baseline_tokens = tf.square(rewards - baselines)
+    baseline = mean(baseline_tokens, weights, num_masked)
+    return policy, baseline, {"reward_tokens": rewards,
+                              "baseline_token_losses": baseline_tokens}

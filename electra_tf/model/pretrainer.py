@@ -145,8 +145,9 @@ class ElectraPretrainer(keras.Model):
 
     def generate(self, batch, uniform, training, dropout_seed=None, replica=0) -> dict:
         """The generator's pass and its samples: `mlm_logits` [B, P, V], `sampled_ids`
-        [B, P], `corrupted_ids` [B, S] (the masked input with the samples in place) and
-        `is_replaced` [B, S]."""
+        [B, P], `corrupted_ids` [B, S] (the masked input with the samples in place),
+        `is_replaced` [B, S] and `generator_hidden` [B, P, Hg] (its last layer at the
+        masked positions)."""
         input_ids = batch["input_ids"]
         padding_mask = batch["input_mask"]
 
@@ -160,6 +161,7 @@ class ElectraPretrainer(keras.Model):
 
         # Sampling. The discriminator's loss must not train the generator (the paper
         # trains it by MLM only, and sampling is not differentiable anyway): stop here.
+        # (The adversarial algorithm differentiates log p of the samples, not them.)
         if uniform is None:
             uniform = tf.random.uniform(tf.shape(batch["masked_lm_ids"]))
         sampled_ids = sampling.sample(
@@ -171,8 +173,13 @@ class ElectraPretrainer(keras.Model):
         # A sample equal to the original token counts as original.
         is_replaced = tf.cast(tf.not_equal(corrupted_ids, tf.cast(input_ids, corrupted_ids.dtype)),
                               tf.float32) * tf.cast(padding_mask, tf.float32)    # [B, S]
+        # The generator's states at the masked positions: the adversarial algorithm's
+        # baseline reads them (unused otherwise, and then pruned from the graph).
+        hidden = tf.gather(generated, tf.cast(batch["masked_lm_positions"], tf.int32),
+                           batch_dims=1)                                        # [B, P, Hg]
         return {"mlm_logits": mlm_logits, "sampled_ids": sampled_ids,
-                "corrupted_ids": corrupted_ids, "is_replaced": is_replaced}
+                "corrupted_ids": corrupted_ids, "is_replaced": is_replaced,
+                "generator_hidden": hidden}
 
     def encode(self, token_ids, batch, training, dropout_seed=None, replica=0):
         """The main encoder's (`discriminator`'s) pass over `token_ids` [B, S] with the

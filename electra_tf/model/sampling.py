@@ -59,6 +59,28 @@ def sample(logits: tf.Tensor, uniform: tf.Tensor, temperature: float = 1.0,
     return tf.reshape(ids, [batch, positions])
 
 
+
+def log_probability(logits: tf.Tensor, ids: tf.Tensor, temperature: float = 1.0,
+                    disallowed_ids: tf.Tensor | None = None) -> tf.Tensor:
+    """log P(ids) `[B, P]` (float32) under the distribution `sample` draws from with the
+    same arguments: softmax(logits / temperature), renormalised without `disallowed_ids`
+    where given. Differentiable in `logits` (the adversarial generator's policy gradient).
+
+    >>> logits = tf.math.log(tf.constant([[[0.2, 0.3, 0.5]]]))
+    >>> round(float(tf.exp(log_probability(logits, tf.constant([[2]])))[0, 0]), 4)
+    0.5
+    >>> round(float(tf.exp(log_probability(logits, tf.constant([[2]]),
+    ...                                    disallowed_ids=tf.constant([[1]])))[0, 0]), 4)
+    0.7143
+    """
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32) / temperature)   # [B, P, V]
+    chosen = tf.gather(log_probs, tf.cast(ids, tf.int32), batch_dims=2)     # [B, P]
+    if disallowed_ids is None:
+        return chosen
+    # The disallowed token's mass is taken out: log P(id) − log(1 − P(disallowed)).
+    removed = tf.exp(tf.gather(log_probs, tf.cast(disallowed_ids, tf.int32), batch_dims=2))
+    return chosen - tf.math.log(tf.maximum(1.0 - removed, 1e-12))
+
 def _count_at_most(cdf, target, size):
     """How many CDF entries are <= target, capped at size - 1 (round-off at the top)."""
     count = tf.reduce_sum(tf.cast(cdf <= target[:, None], tf.int32), axis=-1)

@@ -5,7 +5,8 @@ replicas and steps. Which metrics there are is the objective's (`model/objective
 `Objective.names` and `metric_inputs`); for `electra`: `mlm_loss` and the MLM accuracies
 over masked positions, `rtd_loss` and the discriminator's metrics over real tokens,
 `replaced_fraction` = the share of real tokens the generator actually changed, and
-`loss` = mlm_loss + disc_weight · rtd_loss (`Objective.total`).
+`loss` = mlm_loss + disc_weight · rtd_loss (`Objective.total`). The training algorithm
+adds its own (`metric_names`; adversarial: `reward`, `baseline_loss`).
 """
 
 import keras
@@ -19,9 +20,14 @@ _DETECTION = ("disc_precision", "disc_recall", "disc_auc")
 class PretrainingMetrics:
     """Create inside `strategy.scope()`; `update` in replica context; `result` on the host."""
 
-    def __init__(self, disc_weight: float = 50.0, objective: str = "electra"):
+    def __init__(self, disc_weight: float = 50.0, objective: str = "electra",
+                 algorithm=None):
+        """`algorithm` (training/algorithms/): its own metrics too (`metric_names`,
+        from the values its `loss` adds: the training step's metrics only)."""
         self.objective = objectives.get(objective, disc_weight)
-        self._means = {name: keras.metrics.Mean(name=name) for name in self.objective.names
+        self.algorithm = algorithm
+        self.names = self.objective.names + (algorithm.metric_names if algorithm else ())
+        self._means = {name: keras.metrics.Mean(name=name) for name in self.names
                        if name != "loss" and name not in _DETECTION}
         self._detection = [
             keras.metrics.Precision(thresholds=0.5, name="disc_precision"),
@@ -33,6 +39,8 @@ class PretrainingMetrics:
         """Adds one replica's batch: `outputs` of the pre-trainer with the vocabulary
         logits replaced by their argmax (`Objective.compact`), `values` of the loss."""
         inputs = self.objective.metric_inputs(batch, outputs, values)
+        if self.algorithm is not None:
+            inputs.update(self.algorithm.metric_inputs(batch, values))
         for name, (value, weight) in inputs.items():
             self._means[name].update_state(value, weight)
         if self._detection:
@@ -53,7 +61,7 @@ class PretrainingMetrics:
         out["loss"] = self.objective.total(out)
         if not self._means["grad_norm"].count.numpy():
             del out["grad_norm"]  # evaluation
-        return {name: out[name] for name in self.objective.names if name in out}
+        return {name: out[name] for name in self.names if name in out}
 
     def reset(self):
         for metric in (*self._means.values(), *self._detection):

@@ -112,19 +112,22 @@ class Lamb(compat.GradientsSummedByCaller, keras.optimizers.Lamb):
     pass
 
 
-def no_decay_variables(model: keras.Model) -> list:
-    """LayerNorm scales/offsets and biases: the variables weight decay must skip."""
+def no_decay_variables(*models: keras.Layer) -> list:
+    """LayerNorm scales/offsets and biases of `models` (a model, or layers): the
+    variables weight decay must skip."""
     out = []
-    for layer in compat.sublayers(model, include_self=False):
-        if isinstance(layer, keras.layers.LayerNormalization):
-            out.extend(layer.trainable_weights)
-    out.extend(v for v in model.trainable_weights if v.name.endswith("bias"))
+    for model in models:
+        for layer in compat.sublayers(model, include_self=False):
+            if isinstance(layer, keras.layers.LayerNormalization):
+                out.extend(layer.trainable_weights)
+        out.extend(v for v in model.trainable_weights if v.name.endswith("bias"))
     return out
 
 
 def create_optimizer(train_config, model: keras.Model, dtype_policy: str = "float32",
-                     variables=None, total_steps=None):
-    """The optimizer for `config.train`, built for `variables` (default: `model`'s).
+                     variables=None, total_steps=None, layers=()):
+    """The optimizer for `config.train`, built for `variables` (default: `model`'s and
+    `layers`'s: an algorithm's own layers beside the model, adversarial's baseline).
 
     Call inside `strategy.scope()`, before the first step. With a float16 policy the
     optimizer is wrapped in Keras' `LossScaleOptimizer` (dynamic loss scaling).
@@ -144,8 +147,11 @@ def create_optimizer(train_config, model: keras.Model, dtype_policy: str = "floa
     else:
         raise errors.UserError(f"config.train.optimizer: unknown optimizer "
                                f"{train_config.optimizer!r}; choose adamw or lamb")
-    optimizer.exclude_from_weight_decay(var_list=no_decay_variables(model))
+    optimizer.exclude_from_weight_decay(var_list=no_decay_variables(model, *layers))
     if dtype_policy == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    optimizer.build(model.trainable_variables if variables is None else variables)
+    if variables is None:
+        variables = model.trainable_variables + [v for layer in layers
+                                                 for v in layer.trainable_variables]
+    optimizer.build(variables)
     return optimizer

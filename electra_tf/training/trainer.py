@@ -9,7 +9,7 @@ One step of one replica (`train_step`), read top to bottom:
 
 (That is the `electra` objective under the `joint` algorithm: the forward pass, the loss
 and the metrics are the objective's, `model/objectives/`; which variables a step trains by
-which loss and optimizer is the algorithm's stage's, `training/algorithms.py`.) What XLA
+which loss and optimizer is the algorithm's stage's, `training/algorithms/`.) What XLA
 compiles of it is chosen in one place, the `# ---- what XLA compiles` block of
 `Trainer.__init__`.
 
@@ -65,15 +65,16 @@ class Trainer:
             keras.utils.set_random_seed(config.train.seed)
             self.model = model_config.pretrainer(config, vocab_size, dtype=self.policy)
             self.model.build_for(seq_length, num_predictions)
-            self.optimizer = optimizer_lib.create_optimizer(config.train, self.model,
-                                                            self.policy)
-            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-            objective = model_config.objective_name(config)
-            # Which variables each step trains, by which loss (checked: errors name keys).
+            # Which variables each step trains, by which loss (checked: errors name keys);
+            # its own layers first: the run's optimizer trains them too.
             self.algorithm = algorithms.get(config)
             self.algorithm.build(config.train, self.model, self.policy)
-            self.train_metrics = metrics_lib.PretrainingMetrics(config.model.disc_weight,
-                                                                objective)
+            self.optimizer = optimizer_lib.create_optimizer(
+                config.train, self.model, self.policy, layers=self.algorithm.layers())
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+            objective = model_config.objective_name(config)
+            self.train_metrics = metrics_lib.PretrainingMetrics(
+                config.model.disc_weight, objective, self.algorithm)
             self.eval_metrics = metrics_lib.PretrainingMetrics(config.model.disc_weight,
                                                                objective)
         # The loss, its metrics and what is checked finite (model/objectives/).
@@ -188,9 +189,10 @@ class Trainer:
                 outputs = self.model(batch, uniform=uniform, dropout_seed=dropout_seed,
                                      replica=block, training=True)
                 loss, values = self.objective.loss(outputs, batch, *counts)
+                loss, values = self.algorithm.loss(self.objective, loss, values, stage,
+                                                   outputs, batch, counts[0])
                 # Keep only what the metrics read: never return [B, P, V] logits from XLA.
                 compact = self.objective.compact(outputs)
-                loss = self.algorithm.loss(self.objective, loss, values, stage)
                 scaled = self.stage_optimizer(stage).scale_loss(loss)  # float16 scaling
             return tape.gradient(scaled, variables), compact, values
 

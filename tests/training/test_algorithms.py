@@ -27,9 +27,9 @@ def test_joint_trains_every_variable_by_the_objectives_loss():
     model = model_config.pretrainer(config, 30).build_for(8, 2)
     assert joint.stage(0) == joint.stage(10**9) == "joint"
     assert joint.variables(model, "joint") == model.trainable_variables
-    loss = tf.constant(3.0)
-    assert joint.loss(None, loss, {}, "joint") is loss
-    assert joint.checkpoint_items() == {}
+    loss, values = tf.constant(3.0), {"mlm_loss": tf.constant(1.0)}
+    assert joint.loss(None, loss, values, "joint", {}, {}, 4.0) == (loss, values)
+    assert joint.checkpoint_items() == {} and joint.layers() == []
 
 
 @pytest.mark.parametrize("tie", ["none", "embeddings"])
@@ -48,8 +48,9 @@ def test_two_stage_trains_one_model_at_a_time_and_switches_by_copying(tie):
     assert {id(v) for v in model.discriminator_head.trainable_weights} <= discriminator
     values = {"mlm_loss": tf.constant(2.0), "rtd_loss": tf.constant(0.5)}
     objective = model.objective
-    assert float(two_stage.loss(objective, None, values, "generator")) == 2.0
-    assert float(two_stage.loss(objective, None, values, "discriminator")) == 25.0
+    def loss(stage):
+        return float(two_stage.loss(objective, None, values, stage, {}, {}, 4.0)[0])
+    assert loss("generator") == 2.0 and loss("discriminator") == 25.0
 
     two_stage.begin(model, 2)  # not the switch: nothing happens
     kernels = [(d, g) for d, g in zip(model.discriminator.weights, model.generator.weights)
@@ -86,13 +87,26 @@ def test_two_stage_errors_name_the_keys(change, message):
 
 def test_bad_algorithm_or_switch_names_the_key():
     config = two_stage_config()
-    config.train.two_stage_generator_steps = 0
-    with pytest.raises(errors.UserError, match=r"two_stage_generator_steps=0: give"):
+    config.train.two_stage_generator_steps = -1
+    with pytest.raises(errors.UserError, match=r"two_stage_generator_steps=-1: give"):
         algorithms.get(config)
     config.train.algorithm = "alternating"
     with pytest.raises(errors.UserError, match=r"config.train.algorithm='alternating': "
-                       "choose one of joint, two_stage"):
+                       "choose one of joint, two_stage, adversarial"):
         algorithms.get(config)
+
+
+def test_two_stage_switches_at_half_the_run_by_default():
+    config = two_stage_config()
+    config.train.update(two_stage_generator_steps=0, steps=41)
+    two_stage = algorithms.get(config)
+    assert [two_stage.stage(s) for s in (19, 20)] == ["generator", "discriminator"]
+    two_stage.switch_step.assign(30)  # a checkpoint of a run with another switch
+    with pytest.raises(errors.UserError, match=(
+            r"two_stage_generator_steps=0 switches at half of config.train.steps, step 20, "
+            r"but the checkpoint in run switched at step 30: use another --workdir, or "
+            r"config.train.two_stage_generator_steps=30 to resume")):
+        two_stage.check_restored("run")
 
 
 def test_two_stage_discriminator_starts_a_fresh_adam():

@@ -24,7 +24,7 @@ class _Run:
         self.model.kernel = tf.Variable(weights)
         self.optimizer = tf.Module()
         self.optimizer.moment = tf.Variable(moment)
-        self.algorithm = algorithms.Joint(None)
+        self.algorithm = algorithms.joint.Joint(None)
 
 
 def _save(directory, steps):

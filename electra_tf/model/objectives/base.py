@@ -28,6 +28,7 @@ class Objective:
     names: tuple = ()             # every metric, in log/TensorBoard order
     log_fields: tuple = ()        # (label, metric, decimals) of the log line after `loss`
     vocab_logits: tuple = ()      # outputs of [B, P|S, V] logits: never leave the step
+    step_only: tuple = ("generator_hidden",)  # outputs the metrics never read: dropped
 
     def __init__(self, disc_weight: float = 50.0):
         self.disc_weight = disc_weight
@@ -53,8 +54,10 @@ class Objective:
 
     def compact(self, outputs) -> dict:
         """What the metrics read: vocabulary logits replaced by their argmax
-        (`mlm_logits` → `mlm_predictions`), never returned from the compiled step."""
-        small = {k: v for k, v in outputs.items() if k not in self.vocab_logits}
+        (`mlm_logits` → `mlm_predictions`) and hidden states dropped, never returned
+        from the compiled step."""
+        small = {k: v for k, v in outputs.items()
+                 if k not in self.vocab_logits and k not in self.step_only}
         for key in self.vocab_logits:
             small[key.replace("_logits", "_predictions")] = tf.argmax(
                 outputs[key], -1, output_type=tf.int32)

@@ -1,0 +1,141 @@
+"""`two_stage`: the generator alone, then the discriminator alone from its weights (the
+paper's Section 3.2 "two-stage" training: it did not help, GLUE −0.6 in their Figure 3).
+
+    steps [0, N)      the generator alone, by its MLM loss
+    step N            the discriminator's encoder (and embeddings) take the generator's
+                      weights
+    steps [N, steps)  the discriminator alone, by disc_weight · RTD
+
+N = config.train.two_stage_generator_steps; 0 (the default): half of config.train.steps,
+each stage trained for the same number of steps, as the paper does. Frozen in stage 2:
+the generator's encoder layers and MLM head, and under tie=none its own embeddings; under
+tie=embeddings the shared embeddings (token, position, segment tables and their
+LayerNorm) are the discriminator's and keep training, so the generator's inputs and its
+tied output projection change. Stage 2 is a fresh optimisation of the discriminator: its
+own optimizer (zero moments, its own update count for Adam's bias correction) and its own
+schedule, warm-up then linear decay to 0 over the steps − N after the switch; stage 1
+uses the run's optimizer and schedule (over all steps). The switch step and the
+discriminator's optimizer are in the checkpoint; the switch step is checked at restore.
+"""
+
+import dataclasses
+
+import tensorflow as tf
+from absl import logging
+
+from electra_tf import errors
+from electra_tf import model_config
+from electra_tf.training import optimizer as optimizer_lib
+from electra_tf.training.algorithms import joint
+
+
+class TwoStage(joint.Joint):
+    """The generator alone, then the discriminator alone from the generator's weights."""
+
+    name = "two_stage"
+
+    def __init__(self, config):
+        super().__init__(config)
+        steps = config.train.get("two_stage_generator_steps", 0)
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+            raise errors.UserError(
+                f"config.train.two_stage_generator_steps={steps!r}: give the steps the "
+                "generator trains alone before the discriminator (a whole number >= 0; "
+                "0: half of config.train.steps)")
+        # Given, it is not bounded by config.train.steps: a shorter run trains the
+        # generator only and the same command with more steps continues it across the
+        # switch. Not given: each stage trains for half the run, as in the paper.
+        self.halves = not steps
+        if self.halves:
+            steps = max(config.train.steps // 2, 1)
+        joint.require_discriminator(config, "trains ELECTRA's generator, then its "
+                                    "discriminator")
+        shape = model_config.shape(config)
+        if shape.tie not in ("none", "embeddings"):
+            raise errors.UserError(
+                f"config.model.tie={shape.tie!r}: config.train.algorithm='two_stage' copies "
+                "the generator's encoder into the discriminator's and freezes it (tie=all "
+                "makes them one encoder, gdes gives them different embeddings); use "
+                "tie=embeddings or none")
+        if shape.generator != shape.discriminator:
+            g, d = shape.generator, shape.discriminator
+            differ = [f"config.model.generator_{f.name}={getattr(g, f.name)} (config.model."
+                      f"{f.name}={getattr(d, f.name)})" for f in dataclasses.fields(g)
+                      if getattr(g, f.name) != getattr(d, f.name)]
+            hint = "config.model.generator_hidden_fraction=1.0"
+            if g.embedding_size != d.embedding_size:  # tie=none: the generator's own
+                hint += f" and config.model.generator_embedding_size={d.embedding_size}"
+            raise errors.UserError(
+                "config.train.algorithm='two_stage' initialises the discriminator from the "
+                "generator, so their shapes must be equal: " + ", ".join(differ)
+                + f"; e.g. set {hint}")
+        self.switch = steps
+        self.tie = shape.tie
+        # In the checkpoint: a resume with another switch step is refused at restore.
+        self.switch_step = tf.Variable(steps, dtype=tf.int64, trainable=False,
+                                       name="switch_step")
+
+    def stage(self, step):
+        return "generator" if step < self.switch else "discriminator"
+
+    def next_boundary(self, step):
+        return self.switch if step < self.switch else float("inf")
+
+    def variables(self, model, stage):
+        # Generator: its encoder (with its embeddings: the shared table under
+        # tie=embeddings) and MLM head. Discriminator: the embeddings, its encoder and
+        # RTD head. Only these are updated (no weight decay, no momentum elsewhere).
+        variables = (model.generator_variables() if stage == "generator" else
+                     model.discriminator_variables())
+        return [v for v in variables if v.trainable]
+
+    def loss(self, objective, loss, values, stage, outputs, batch, num_masked):
+        del loss, outputs, batch, num_masked
+        if stage == "generator":
+            return values["mlm_loss"], values
+        return objective.disc_weight * values["rtd_loss"], values
+
+    def begin(self, model, step):
+        if step != self.switch:
+            return
+        # The discriminator's encoder takes the generator's weights: the same layers in
+        # the same order (equal shapes); under tie=embeddings the table is already one.
+        for target, source in zip(model.discriminator.weights, model.generator.weights,
+                                  strict=True):
+            assert target.shape == source.shape, (target.path, target.shape, source.path,
+                                                  source.shape)
+            target.assign(source)
+        logging.info("two_stage: step %d: the discriminator starts from the generator's "
+                     "weights and trains alone from here; frozen: the generator's encoder "
+                     "layers and MLM head%s", step,
+                     " (its own embeddings too)" if self.tie == "none" else
+                     " (the shared embeddings keep training with the discriminator)")
+
+    def build(self, train_config, model, dtype_policy):
+        # Stage 2 starts a fresh optimisation of the discriminator: with the run's
+        # optimizer its moments would be zero while Adam's bias correction counted from
+        # step N (first updates ~3x the usual size), at the decayed learning rate.
+        self.discriminator_optimizer = optimizer_lib.create_optimizer(
+            train_config, model, dtype_policy,
+            variables=self.variables(model, "discriminator"),
+            total_steps=max(train_config.steps - self.switch, 1))
+
+    def optimizer(self, stage, default):
+        return self.discriminator_optimizer if stage == "discriminator" else default
+
+    def checkpoint_items(self):
+        items = {"switch_step": self.switch_step}
+        if hasattr(self, "discriminator_optimizer"):
+            items["discriminator_optimizer"] = self.discriminator_optimizer
+        return items
+
+    def check_restored(self, workdir):
+        saved = int(self.switch_step.numpy())
+        if saved != self.switch:
+            given = (f"config.train.two_stage_generator_steps=0 switches at half of "
+                     f"config.train.steps, step {self.switch}" if self.halves else
+                     f"config.train.two_stage_generator_steps={self.switch}")
+            raise errors.UserError(
+                f"{given}, but the checkpoint in {workdir} switched at step {saved}: use "
+                f"another --workdir, or config.train.two_stage_generator_steps={saved} to "
+                "resume")
