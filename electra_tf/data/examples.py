@@ -13,7 +13,9 @@ True
 """
 
 import random
+import zlib
 
+import numpy as np
 import tensorflow as tf
 
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids")
@@ -77,6 +79,12 @@ def serialize(input_ids: tf.Tensor, lengths: tf.Tensor, num_first: tf.Tensor,
     return _encode("tensorflow.Example", ["features"], [features_msg[:, None]], one)
 
 
+def document_key(first_sentence) -> int:
+    """A document's 32-bit key for `ExampleBuilder.start_document`: the CRC-32 of its first
+    sentence's token ids as int64s (any sequence of integers)."""
+    return zlib.crc32(np.asarray(first_sentence, np.int64).tobytes())
+
+
 class ExampleBuilder:
     """Packs a stream of tokenized sentences into examples, as the original ELECTRA does.
 
@@ -117,8 +125,8 @@ class ExampleBuilder:
         self.truncated_examples = 0
 
     def start_document(self, key: int) -> None:
-        """Begins a document: its draws come from (seed, `key`), a 32-bit digest of its
-        first sentence, and its first target length is `max_seq_length`."""
+        """Begins a document: its draws come from (seed, `key`), its `document_key`, and
+        its first target length is `max_seq_length`."""
         self._rng.seed((self._seed << 32) | key)
         self._target_length = self._max_length
 

@@ -10,7 +10,6 @@ import dataclasses
 import datetime
 import json
 import os
-import zlib
 from typing import Callable, Iterable
 
 import tensorflow as tf
@@ -121,7 +120,7 @@ class _Packer:
             else:
                 if previous_end:  # the first sentence of a document seeds its draws
                     builder.start_document(
-                        zlib.crc32(array[splits[i]:splits[i + 1]].tobytes()))
+                        examples.document_key(array[splits[i]:splits[i + 1]]))
                 example = builder.add_sentence(flat[splits[i]:splits[i + 1]])
             previous_end = end
             if example:

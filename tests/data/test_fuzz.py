@@ -164,7 +164,7 @@ def fuzzed(tmp_path_factory):
     output = os.path.join(directory, "data")
     with pytest.MonkeyPatch.context() as patch:
         # Small batches: documents and examples cross many batch boundaries.
-        patch.setattr(writer, "_LINES_PER_BATCH", 97)
+        patch.setattr(writer, "LINES_PER_BATCH", 97)
         result = writer.write_pretraining_data(source, vocab, output, max_seq_length=SEQ,
                                                num_shards=3, seed=3, log=lambda _: None)
     with open(os.path.join(output, writer.MANIFEST)) as f:
@@ -214,8 +214,13 @@ def test_examples_are_the_packing_of_the_tokenized_lines(fuzzed):
     vocab, lines = fuzzed["vocab"], fuzzed["lines"]
     tokenized = tokenizer_lib.make_tokenizer(vocab).tokenize(tf.constant(lines)).to_list()
     builder = examples.ExampleBuilder(SEQ, vocab.cls_id, vocab.sep_id, seed=3)
-    expected = [builder.end_document() if not line else builder.add_sentence(ids)
-                for line, ids in zip(lines, tokenized)] + [builder.end_document()]
+    expected, previous = [], ""
+    for line, ids in zip(lines, tokenized):
+        if line and not previous:  # a document's first sentence seeds its draws
+            builder.start_document(examples.document_key(ids))
+        expected.append(builder.add_sentence(ids) if line else builder.end_document())
+        previous = line
+    expected.append(builder.end_document())
     expected = [example for example in expected if example]
     records = fuzzed["records"]
     assert len(records["input_ids"]) == len(expected)
