@@ -25,6 +25,7 @@ same one-line `CorpusError` the in-process writer gives.
 """
 
 import dataclasses
+from concurrent import futures
 import json
 import logging as std_logging
 import os
@@ -38,13 +39,14 @@ import tensorflow as tf
 from electra_tf import errors
 from electra_tf import progress as progress_lib
 from electra_tf import workdir as workdir_lib
+from electra_tf.data import examples
 from electra_tf.data import writer
 from electra_tf.text import corpus
 from electra_tf.text import tokenizer as tokenizer_lib
 
 STAGING = ".beam-staging"  # inside the output directory: shared storage on a cluster
 LINES_PER_ELEMENT = 8192   # lines a worker tokenizes and packs at a time
-RANGE_BYTES = 32 * 2**20   # text files are read in ranges of this size
+RANGE_BYTES = 16 * 2**20   # text files are read in ranges of this size
 SHARD_BYTES = 128 * 2**20  # records per shard file, at most (about)
 _PROGRESS_BYTES = 8 * 2**20
 
@@ -159,19 +161,37 @@ class _Encode(beam.DoFn):
         if vocab.sha256 != job.vocab_sha256:
             raise errors.UserError(f"{job.vocab_path} changed while the job ran")
         self.encoder = writer.Encoder(vocab, job.max_seq_length, job.lower_case, job.seed)
-        self.tokenize = tf.function(writer.tokenize_fn(self.encoder.tokenizer),
-                                    input_signature=[tf.TensorSpec([None], tf.string)],
-                                    autograph=False)
+        tokenize = tf.function(writer.tokenize_fn(self.encoder.tokenizer),
+                               input_signature=[tf.TensorSpec([None], tf.string)],
+                               autograph=False)
+        self.tokenize = lambda lines: tokenize(tf.constant(lines))
+        # As in process, the TF ops run on threads beside Python's packing: tokenizing
+        # the next batches, serializing the last one.
+        self.tokenizing = futures.ThreadPoolExecutor(1, "tokenize")
+        self.serializing = futures.ThreadPoolExecutor(1, "serialize")
 
     def process(self, lines):
         before = self.encoder.counts()
-        for i in range(0, len(lines), writer.LINES_PER_BATCH):
-            batch = self.tokenize(tf.constant(lines[i:i + writer.LINES_PER_BATCH]))
-            yield self.encoder.encode(*batch)
+        size = writer.LINES_PER_BATCH
+        tokenized = self.tokenizing.map(
+            self.tokenize, [lines[i:i + size] for i in range(0, len(lines), size)])
+        serialized = None
+        for batch in tokenized:
+            packed = self.encoder.pack(*batch)
+            if serialized:
+                yield serialized.result()
+            serialized = self.serializing.submit(self.encoder.serialize, packed)
+        if serialized:
+            yield serialized.result()
         yield self.encoder.finish()  # empty: `lines` ends at a document's end
         after = self.encoder.counts()
         yield beam.pvalue.TaggedOutput("counts",
                                        {key: after[key] - before[key] for key in after})
+
+    def teardown(self):
+        for pool in (getattr(self, "tokenizing", None), getattr(self, "serializing", None)):
+            if pool:
+                pool.shutdown(cancel_futures=True)
 
 
 class _WriteShards(beam.DoFn):
@@ -244,7 +264,7 @@ def write_pretraining_data(
 ) -> writer.WriteResult:
     """`writer.write_pretraining_data`'s job as a Beam pipeline run with `options`
     (`pipeline_options`): the same examples, in shards of at most ~`SHARD_BYTES`."""
-    writer.Encoder(vocab, max_seq_length, lower_case, seed)  # checks max_seq_length
+    examples.ExampleBuilder(max_seq_length, vocab.cls_id, vocab.sep_id)  # checks the length
     writer.check_output_dir(output_dir, overwrite)
     job = _Job(os.path.join(output_dir, STAGING), os.path.abspath(vocab.path),
                vocab.sha256, max_seq_length, lower_case, seed)
