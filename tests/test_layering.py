@@ -22,6 +22,8 @@ import no layer); every `import` counts, at the top of a module or inside a func
     convert      text, model                                 beside serving: weights only
     finetuning   text, data, model, training, serving        it trains and exports
     benchmark    text, data, model, training, flags          tools' logic in the package
+    experiments  text, data, model, training, finetuning     compare_objectives' logic:
+                                                             pre-train, then fine-tune
     binaries     anything                                    cli, flags, train, finetune
 
 and nothing but a binary imports one (`flags`: the tools' shared flags, also for
@@ -58,6 +60,7 @@ MAY_IMPORT = {
     "convert": {"text", "model"},
     "finetuning": {"text", "data", "model", "training", "serving"},
     "benchmark": {"text", "data", "model", "training", "flags"},
+    "experiments": {"text", "data", "model", "training", "finetuning"},
 }
 DEPARTURES = {
     # Conversion reads a run through the exporter's loader (restore a workdir's model

@@ -78,6 +78,13 @@ CASES = {
         "compare_objectives.py", ["--output_dir={w}/compare", "--task_text={w}/missing.txt",
                                   "--config.data.vocab_file={w}/vocab.txt"],
         ["--task_text={w}/missing.txt: no such file"], ["compare"]),
+    "compare_bad_variant": (
+        "compare_objectives.py", ["--output_dir={w}/compare", "--task_text={w}/vocab.txt",
+                                  "--config.data.vocab_file={w}/vocab.txt",
+                                  "--preset=adversarial",
+                                  "--variant=hot:model.temprature=2"],
+        ["--variant=hot:model.temprature=2: config.model has no key 'temprature'"],
+        ["compare"]),
     "benchmark_workdir_is_a_file": (
         "benchmark.py", ["--mode=input", "--workdir={w}/vocab.txt"],
         ["--workdir={w}/vocab.txt: a file, not a directory"], ["vocab.txt"]),
