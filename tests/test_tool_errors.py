@@ -85,6 +85,11 @@ CASES = {
                                   "--variant=hot:model.temprature=2"],
         ["--variant=hot:model.temprature=2: config.model has no key 'temprature'"],
         ["compare"]),
+    "compare_budget_objective_is_gone": (
+        "compare_objectives.py", ["--output_dir={w}/compare", "--task_text={w}/vocab.txt",
+                                  "--config.data.vocab_file={w}/vocab.txt",
+                                  "--objectives=electra,mlm", "--budget_objective=mlm"],
+        ["--budget_objective is gone: use --budget_variant=mlm"], ["compare"]),
     "benchmark_workdir_is_a_file": (
         "benchmark.py", ["--mode=input", "--workdir={w}/vocab.txt"],
         ["--workdir={w}/vocab.txt: a file, not a directory"], ["vocab.txt"]),

@@ -59,6 +59,8 @@ _OBJECTIVES = flags.DEFINE_list("objectives", [], "Short for a variant per objec
 _BUDGET = flags.DEFINE_string("budget_variant", None, "The budget is the FLOPs of "
                               "config.train.steps steps of this variant (default: the "
                               "first).")
+_OLD_BUDGET = flags.DEFINE_string("budget_objective", None, "Gone: use --budget_variant "
+                                  "(with --objectives, variants are named by objective).")
 _EVALUATIONS = flags.DEFINE_integer("evaluations", 4, "Held-out evaluations per run.",
                                     lower_bound=1)
 _TASK = flags.DEFINE_string("task", "sst2", "The GLUE task of --task_dir "
@@ -97,6 +99,10 @@ def main(argv):
     from electra_tf.experiments import variants  # pylint: disable=g-import-not-at-top
     from electra_tf.text import tokenizer  # pylint: disable=g-import-not-at-top
     config, out = flags.FLAGS.config, _OUTPUT_DIR.value
+    if _OLD_BUDGET.value:
+        raise errors.UserError(f"--budget_objective is gone: use --budget_variant="
+                               f"{_OLD_BUDGET.value} (--objectives names each variant by "
+                               "its objective)")
     given = variants.expand(_PRESETS.value, _VARIANTS.value, _OBJECTIVES.value)
     if not given:  # the comparison this tool began with
         given = variants.expand(["objectives"])
