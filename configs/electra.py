@@ -67,7 +67,15 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
                                               # electra (GLUE 85.0; Table 5: all_tokens_mlm
                                               # 84.3, replace_mlm 82.4, electra_15 82.4,
                                               # mlm = BERT 82.2)
-    config.model.temperature = 1.0            # sampling temperature; paper: 1.0
+    config.model.temperature = 1.0            # sampling temperature (a schedule's start);
+                                              # paper: 1.0
+    config.model.temperature_schedule = "constant"  # constant|linear|cosine: from
+                                              # temperature to 1.0 over temperature_steps;
+                                              # paper: constant; Fast-ELECTRA: descending
+    config.model.temperature_steps = 0        # steps to reach 1.0; 0: train.steps
+    config.model.generator_init = ""          # a run's workdir (ours, or converted by
+                                              # tools/convert_checkpoint.py): the generator
+                                              # starts from its MLM; paper: none (fresh)
     config.model.disallow_correct = False     # never sample the original token; paper: off
     config.model.disc_weight = 50.0           # lambda, the RTD loss weight; paper: 50
     config.model.dropout = 0.1                # paper: 0.1
@@ -102,6 +110,9 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
                                               # 0: half of steps (paper: n steps each);
                                               # needs the generator of the
                                               # discriminator's shape
+    config.train.generator = "train"          # train|frozen (no gradients, no optimizer
+                                              # state; needs tie=none); paper: train;
+                                              # Fast-ELECTRA: frozen
     config.train.adversarial_mlm_weight = 0.0  # adversarial: weight of the generator's
                                               # MLM loss beside its policy gradient;
                                               # paper: none (0)

@@ -100,6 +100,7 @@ PRETRAINING = {
     "model.generator_intermediate_size": _whole(0, zero="0: 4 x its hidden size"),
     "model.generator_embedding_size": _whole(0, zero="0: its hidden size"),
     "model.temperature": _real(0, low_open=True),
+    "model.temperature_steps": _whole(0, zero="0: train.steps"),
     "model.disc_weight": _real(0),
     "model.dropout": PROBABILITY_OPEN,
     "train.batch_size": POSITIVE,

@@ -204,7 +204,55 @@ def pretrainer(config, vocabulary_size: int, dtype=None):
     return pretrainer_lib.ElectraPretrainer(
         vocabulary_size, model_shape, temperature=model.temperature,
         disallow_correct=model.disallow_correct, dropout=model.dropout,
-        objective=objective_name(config), dtype=dtype, name="electra")
+        objective=objective_name(config), dtype=dtype, name="electra",
+        generator_trainable=generator_mode(config) == "train")
+
+
+GENERATOR_MODES = ("train", "frozen")
+
+
+def generator_mode(config) -> str:
+    """`config.train.generator`: `train` (the default; a config.json written before it
+    existed) or `frozen` (no gradients, no optimizer state: a fixed language model such
+    as `config.model.generator_init`'s, as Fast-ELECTRA uses), checked against what a
+    frozen generator needs."""
+    mode = config.get("train", {}).get("generator", "train")
+    if mode not in GENERATOR_MODES:
+        raise errors.UserError(f"config.train.generator={mode!r}: choose one of "
+                               f"{', '.join(GENERATOR_MODES)}")
+    if mode == "frozen":
+        from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
+        objective = objective_name(config)
+        algorithm = config.train.get("algorithm", "joint")
+        tie = shape(config).tie
+        if not objectives.get(objective).uses_generator:
+            raise errors.UserError(f"config.train.generator='frozen': config.model.objective="
+                                   f"{objective!r} has no generator")
+        if algorithm != "joint":
+            raise errors.UserError(
+                f"config.train.generator='frozen': config.train.algorithm={algorithm!r} "
+                "trains the generator; use algorithm joint")
+        if tie != "none":
+            raise errors.UserError(
+                f"config.train.generator='frozen' with config.model.tie={tie!r}: the "
+                "discriminator would train what it shares with the generator; use "
+                "config.model.tie=none (the generator's own embeddings)")
+    return mode
+
+
+def temperature_schedule(config):
+    """The sampling temperature as a function of the step (`sampling.TemperatureSchedule`):
+    `config.model.temperature` throughout (`temperature_schedule=constant`, the default),
+    or from it to 1.0 over `config.model.temperature_steps` steps (0: config.train.steps)
+    in a straight line (`linear`) or half a cosine (`cosine`)."""
+    from electra_tf.model import sampling  # pylint: disable=g-import-not-at-top
+    model = config.model
+    kind = model.get("temperature_schedule", "constant")
+    if kind not in sampling.SCHEDULES:
+        raise errors.UserError(f"config.model.temperature_schedule={kind!r}: choose one of "
+                               f"{', '.join(sampling.SCHEDULES)}")
+    steps = int(model.get("temperature_steps", 0) or 0) or config.train.steps
+    return sampling.TemperatureSchedule(kind, float(model.temperature), steps)
 
 
 def objective_name(config) -> str:

@@ -26,37 +26,51 @@ RUN = ("--config.data.eval_files=", "--config.train.checkpoint_every=10",
        "--config.train.steps_per_loop=5", "--config.train.log_every=10",
        "--config.train.keep_checkpoints=2", "--config.train.seed=3",
        "--config.train.accumulation_steps=2", "--config.train.remat=blocks")
+# Fast-ELECTRA's setting: a converted generator, frozen, its softmax cooled from 3 to 1.
+FROZEN_GENERATOR = ("--config.model.tie=none", "--config.train.generator=frozen",
+                    "--config.model.temperature=3",
+                    "--config.model.temperature_schedule=linear")
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(data, tmp_path_factory):
-    """`uninterrupted(algorithm="joint")`: the final checkpoint of a run of that training
-    algorithm that nothing interrupts (each run once per module)."""
+    """`uninterrupted(variant="joint")`: the final checkpoint of a run of that variant
+    (`_command`) that nothing interrupts (each run once per module)."""
     finals = {}
 
-    def final(algorithm="joint"):
-        if algorithm not in finals:
-            workdir = str(tmp_path_factory.mktemp("uninterrupted") / algorithm)
-            result = _run(data, workdir, algorithm)
+    def final(variant="joint"):
+        if variant not in finals:
+            workdir = str(tmp_path_factory.mktemp("uninterrupted") / variant)
+            result = _run(data, workdir, variant)
             assert result.returncode == 0, result.stderr[-3000:]
-            finals[algorithm] = tf.train.latest_checkpoint(
+            finals[variant] = tf.train.latest_checkpoint(
                 os.path.join(workdir, "checkpoints"))
-        return finals[algorithm]
+        return finals[variant]
     return final
 
 
-def _command(data, workdir, algorithm="joint"):
-    return helpers.train_command(data, workdir, *RUN, f"--config.train.algorithm={algorithm}",
-                                 steps=STEPS)
+def _command(data, workdir, variant="joint"):
+    """The run of `variant`: a training algorithm (joint, adversarial), or
+    frozen_generator (joint, from a converted TF1 checkpoint under `data`'s root)."""
+    if variant == "frozen_generator":
+        converted = os.path.join(data["root"], "converted")
+        if not os.path.exists(converted):
+            from tests.convert import originals  # pylint: disable=g-import-not-at-top
+            originals.write_converted(converted)
+        overrides = (*FROZEN_GENERATOR,
+                     f"--config.model.generator_init={os.path.join(converted, 'run')}")
+    else:
+        overrides = (f"--config.train.algorithm={variant}",)
+    return helpers.train_command(data, workdir, *RUN, *overrides, steps=STEPS)
 
 
-def _run(data, workdir, algorithm="joint"):
-    return subprocess.run(_command(data, workdir, algorithm), cwd=ROOT, capture_output=True,
+def _run(data, workdir, variant="joint"):
+    return subprocess.run(_command(data, workdir, variant), cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
 
 
-def _start(data, workdir, log, algorithm="joint"):
-    return subprocess.Popen(_command(data, workdir, algorithm), cwd=ROOT, stdout=log,
+def _start(data, workdir, log, variant="joint"):
+    return subprocess.Popen(_command(data, workdir, variant), cwd=ROOT, stdout=log,
                             stderr=subprocess.STDOUT)
 
 
@@ -92,12 +106,13 @@ def _assert_same_checkpoint(a, b):
 
 
 @pytest.mark.slow  # three training processes; each draw's determinism has a fast test
-@pytest.mark.parametrize("algorithm", ["joint", "adversarial"])  # adversarial: its baseline
+# adversarial: its baseline; frozen_generator: the temperature schedule, no generator slots
+@pytest.mark.parametrize("variant", ["joint", "adversarial", "frozen_generator"])
 def test_sigkill_at_a_random_moment_then_resume_is_exact(data, uninterrupted, tmp_path,
-                                                         algorithm):
+                                                         variant):
     workdir = str(tmp_path / "run")
     with open(tmp_path / "killed.log", "w") as log:
-        process = _start(data, workdir, log, algorithm)
+        process = _start(data, workdir, log, variant)
         # Once two checkpoints exist, kill at a random moment of the next ~3 checkpoint
         # intervals (measured: machines differ several-fold), before the run's end:
         # inside a loop, between loops or while a checkpoint is being written.
@@ -113,13 +128,13 @@ def test_sigkill_at_a_random_moment_then_resume_is_exact(data, uninterrupted, tm
 
     # The killed run's lock (its pid gone) is taken over: the same command just resumes.
     assert os.path.exists(os.path.join(workdir, "lock.json"))
-    result = _run(data, workdir, algorithm)
+    result = _run(data, workdir, variant)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Resumed from" in result.stderr and "Taking over" in result.stderr
     assert not os.path.exists(os.path.join(workdir, "lock.json"))
     final = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
     assert final.endswith(f"ckpt-{STEPS}")
-    _assert_same_checkpoint(final, uninterrupted(algorithm))
+    _assert_same_checkpoint(final, uninterrupted(variant))
 
 
 @pytest.mark.slow  # tests/training/test_faults.py covers the mid-loop stop in process

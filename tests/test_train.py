@@ -94,7 +94,8 @@ def test_tiny_run_learns_logs_and_resumes(data, tmp_path):
     train_tags = {"loss", "mlm_loss", "rtd_loss", "masked_lm_accuracy",
                   "sampled_masked_lm_accuracy", "disc_accuracy", "disc_precision",
                   "disc_recall", "disc_auc", "replaced_fraction", "grad_norm",
-                  "learning_rate", "steps_per_sec", "examples_per_sec", "tokens_per_sec"}
+                  "learning_rate", "temperature", "steps_per_sec", "examples_per_sec",
+                  "tokens_per_sec"}
     for tag in train_tags:
         assert _scalars(os.path.join(workdir, "logs", "train"), tag), tag
     assert _scalars(os.path.join(workdir, "logs", "eval"), "disc_auc")[-1][0] == 300

@@ -59,18 +59,24 @@ class ElectraPretrainer(keras.Model):
 
     def __init__(self, vocabulary_size: int, shape: sizes.ModelShape,
                  temperature: float = 1.0, disallow_correct: bool = False,
-                 dropout: float = 0.1, objective: str = "electra", **kwargs):
+                 dropout: float = 0.1, objective: str = "electra",
+                 generator_trainable: bool = True, **kwargs):
         super().__init__(**kwargs)
         if temperature <= 0:
             raise ValueError(f"`temperature` must be positive. Received: "
                              f"`temperature={temperature}`")
         shape.check()
+        if not generator_trainable and shape.tie != "none":
+            raise ValueError("A frozen generator needs embeddings of its own (the "
+                             "discriminator trains shared ones). Received: "
+                             f"`generator_trainable=False`, `shape.tie={shape.tie!r}`")
         self.vocabulary_size = vocabulary_size
         self.shape = shape
         self.temperature = temperature
         self.disallow_correct = disallow_correct
         self.dropout = dropout
         self.objective = objectives.get(objective)
+        self.generator_trainable = generator_trainable
 
         # === Layers ===
         def make_embeddings(size, name):
@@ -123,11 +129,15 @@ class ElectraPretrainer(keras.Model):
         return self.shape.max_positions
 
     # === Forward ===
-    def call(self, batch, uniform=None, dropout_seed=None, replica=0, training=None):
+    def call(self, batch, uniform=None, dropout_seed=None, replica=0, temperature=None,
+             training=None):
         """`uniform`: [B, P] noise for the sampling (drawn here if None).
         `dropout_seed`: a [2] integer tensor that makes every dropout mask a stateless
-        function of it (`dropout.seeded`), for `replica`'s rows of the global batch."""
-        return self._forward(batch, uniform, training, dropout_seed, replica)
+        function of it (`dropout.seeded`), for `replica`'s rows of the global batch.
+        `temperature`: the sampling temperature of this step (a scalar tensor: the
+        trainer's schedule), default the model's `temperature`."""
+        return self.objective.forward(self, batch, uniform, training, dropout_seed, replica,
+                                      self.temperature if temperature is None else temperature)
 
     def _seeded(self, dropout_seed, replica, salt):
         """The dropout context of one encoder pass. The generator's pass folds in a salt:
@@ -140,22 +150,22 @@ class ElectraPretrainer(keras.Model):
             seed = tf.cast(tf.random.experimental.stateless_fold_in(seed, salt), tf.int64)
         return dropout_lib.seeded(seed, replica)
 
-    def _forward(self, batch, uniform, training, dropout_seed=None, replica=0):
-        return self.objective.forward(self, batch, uniform, training, dropout_seed, replica)
-
-    def generate(self, batch, uniform, training, dropout_seed=None, replica=0) -> dict:
-        """The generator's pass and its samples: `mlm_logits` [B, P, V], `sampled_ids`
-        [B, P], `corrupted_ids` [B, S] (the masked input with the samples in place),
-        `is_replaced` [B, S] and `generator_hidden` [B, P, Hg] (its last layer at the
-        masked positions)."""
+    def generate(self, batch, uniform, training, dropout_seed=None, replica=0,
+                 temperature=1.0) -> dict:
+        """The generator's pass and its samples at `temperature`: `mlm_logits` [B, P, V],
+        `sampled_ids` [B, P], `corrupted_ids` [B, S] (the masked input with the samples
+        in place), `is_replaced` [B, S], `generator_hidden` [B, P, Hg] (its last layer at
+        the masked positions) and `temperature` (a float32 scalar)."""
         input_ids = batch["input_ids"]
         padding_mask = batch["input_mask"]
 
-        # Generator: MLM at the masked positions only (never over all S tokens).
+        # Generator: MLM at the masked positions only (never over all S tokens). A frozen
+        # one is a fixed language model: no dropout.
         with self._seeded(dropout_seed, replica, salt=1):
             generated = self.generator({"token_ids": batch["masked_input_ids"],
                                         "segment_ids": batch["segment_ids"],
-                                        "padding_mask": padding_mask}, training=training)
+                                        "padding_mask": padding_mask},
+                                       training=training and self.generator_trainable)
         mlm_logits = tf.cast(self.generator_head(
             generated, mask_positions=batch["masked_lm_positions"]), tf.float32)  # [B, P, V]
 
@@ -164,8 +174,9 @@ class ElectraPretrainer(keras.Model):
         # (The adversarial algorithm differentiates log p of the samples, not them.)
         if uniform is None:
             uniform = tf.random.uniform(tf.shape(batch["masked_lm_ids"]))
+        temperature = tf.cast(temperature, tf.float32)
         sampled_ids = sampling.sample(
-            tf.stop_gradient(mlm_logits), uniform, self.temperature,
+            tf.stop_gradient(mlm_logits), uniform, temperature,
             batch["masked_lm_ids"] if self.disallow_correct else None)          # [B, P]
         corrupted_ids = sampling.replace_masked(
             batch["masked_input_ids"], batch["masked_lm_positions"],
@@ -179,7 +190,7 @@ class ElectraPretrainer(keras.Model):
                            batch_dims=1)                                        # [B, P, Hg]
         return {"mlm_logits": mlm_logits, "sampled_ids": sampled_ids,
                 "corrupted_ids": corrupted_ids, "is_replaced": is_replaced,
-                "generator_hidden": hidden}
+                "generator_hidden": hidden, "temperature": temperature}
 
     def encode(self, token_ids, batch, training, dropout_seed=None, replica=0):
         """The main encoder's (`discriminator`'s) pass over `token_ids` [B, S] with the
@@ -191,10 +202,16 @@ class ElectraPretrainer(keras.Model):
                                       training=training)
 
     def build_for(self, seq_length: int, num_predictions: int):
-        """Creates every variable (eagerly, e.g. inside `strategy.scope()`)."""
+        """Creates every variable (eagerly, e.g. inside `strategy.scope()`); a frozen
+        generator's are then made non-trainable."""
         self(dummy_batch(1, seq_length, num_predictions),
              uniform=np.zeros((1, num_predictions), "float32"), training=False)
         dropout_lib.number_streams(self)
+        if not self.generator_trainable:
+            # config.train.generator=frozen (tie=none): no gradient and no optimizer slot
+            # for any of its variables. After the build: Keras passes the flag to the
+            # sublayers that exist when it is set, and the blocks' are built lazily.
+            self.generator.trainable = self.generator_head.trainable = False
         return self
 
     def discriminator_variables(self):
@@ -206,6 +223,14 @@ class ElectraPretrainer(keras.Model):
         """The generator's: its encoder (with its embeddings, shared or not) and MLM head."""
         return _unique_weights(self.generator, self.generator_head)
 
+    def language_model_variables(self):
+        """The masked language model's: the generator's (`generator_variables`), or
+        without a generator (`mlm`) the main encoder's and its MLM head's; every weight,
+        in the order `config.model.generator_init` copies them."""
+        if self.generator is None:
+            return _unique_weights(self.discriminator, self.discriminator_head)
+        return self.generator_variables()
+
     # === Config ===
     def get_config(self):
         config = super().get_config()
@@ -216,6 +241,7 @@ class ElectraPretrainer(keras.Model):
             "disallow_correct": self.disallow_correct,
             "dropout": self.dropout,
             "objective": self.objective.name,
+            "generator_trainable": self.generator_trainable,
         })
         return config
 

@@ -17,19 +17,52 @@ besides the probabilities themselves.
 [[1, 2]]
 """
 
+import dataclasses
+import math
+
 import tensorflow as tf
 
 BLOCK = 128
+SCHEDULES = ("constant", "linear", "cosine")
 
 
-def sample(logits: tf.Tensor, uniform: tf.Tensor, temperature: float = 1.0,
+@dataclasses.dataclass(frozen=True)
+class TemperatureSchedule:
+    """The sampling temperature at a step: `start` throughout (`constant`), or from `start`
+    to 1.0 over `steps` steps, in a straight line (`linear`) or half a cosine (`cosine`),
+    then 1.0 (Fast-ELECTRA's smoothing of the generator's softmax, cooled as training goes).
+    A function of the step alone, so a resumed run samples as an uninterrupted one.
+
+    >>> linear = TemperatureSchedule("linear", start=3.0, steps=100)
+    >>> [round(float(linear(s)), 2) for s in (0, 50, 100, 200)]
+    [3.0, 2.0, 1.0, 1.0]
+    >>> cosine = TemperatureSchedule("cosine", start=3.0, steps=100)
+    >>> [round(float(cosine(s)), 2) for s in (0, 25, 50, 100)]
+    [3.0, 2.71, 2.0, 1.0]
+    """
+    kind: str = "constant"
+    start: float = 1.0
+    steps: int = 0
+
+    def __call__(self, step) -> tf.Tensor:
+        """The temperature at `step` (an integer, or a tensor): a float32 scalar."""
+        if self.kind == "constant":
+            return tf.constant(self.start, tf.float32)
+        progress = tf.minimum(tf.cast(step, tf.float32) / max(self.steps, 1), 1.0)
+        if self.kind == "cosine":
+            progress = 0.5 * (1.0 - tf.cos(math.pi * progress))
+        return self.start + (1.0 - self.start) * progress
+
+
+def sample(logits: tf.Tensor, uniform: tf.Tensor, temperature: float | tf.Tensor = 1.0,
            disallowed_ids: tf.Tensor | None = None) -> tf.Tensor:
     """Token ids `[B, P]` (int32) drawn from softmax(logits / temperature).
 
     Args:
       logits: `[B, P, V]` generator logits at the masked positions.
       uniform: `[B, P]` numbers in [0, 1), one per position.
-      temperature: softmax temperature; 1.0 samples the generator's own distribution.
+      temperature: softmax temperature (a number or a scalar tensor); 1.0 samples the
+        generator's own distribution.
       disallowed_ids: `[B, P]` ids that must not be drawn (the original tokens, for
         `disallow_correct`), or None.
     """
@@ -60,7 +93,8 @@ def sample(logits: tf.Tensor, uniform: tf.Tensor, temperature: float = 1.0,
 
 
 
-def log_probability(logits: tf.Tensor, ids: tf.Tensor, temperature: float = 1.0,
+def log_probability(logits: tf.Tensor, ids: tf.Tensor,
+                    temperature: float | tf.Tensor = 1.0,
                     disallowed_ids: tf.Tensor | None = None) -> tf.Tensor:
     """log P(ids) `[B, P]` (float32) under the distribution `sample` draws from with the
     same arguments: softmax(logits / temperature), renormalised without `disallowed_ids`

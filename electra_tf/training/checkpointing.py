@@ -103,7 +103,8 @@ def _warn_if_fresh_generator(workdir, model):
 
 # (section, key, the value of a config.json written before the key existed)
 _RUN_IDENTITY = (("model", "objective", "electra"), ("train", "algorithm", "joint"),
-                 ("train", "two_stage_generator_steps", 0))
+                 ("train", "two_stage_generator_steps", 0), ("train", "generator", "train"),
+                 ("model", "generator_init", ""))
 
 
 def check_same_run(config, workdir, vocab):

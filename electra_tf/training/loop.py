@@ -29,6 +29,7 @@ from electra_tf.text import tokenizer
 from electra_tf.training import checkpointing
 from electra_tf.training import distribute
 from electra_tf.training import faults
+from electra_tf.training import generator_init
 from electra_tf.training import memory
 from electra_tf.training import predictions
 from electra_tf.training import preemption
@@ -41,7 +42,8 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     evaluation's metrics (or the last training metrics without eval files)."""
     # ---- runtime
     config_check.check(config)  # every value in its range before anything is written
-    config = model_config.resolve(config)  # the shape explicit, as config.json keeps it
+    # The shape explicit, as config.json keeps it (a generator_init's generator: its own).
+    config = model_config.resolve(generator_init.configure(config))
     strategy = strategy or distribute.get_strategy(config.runtime)
     chief = distribute.is_chief(strategy)
     distribute.local_batch_size(strategy, config.train.batch_size)  # before any dataset
@@ -83,7 +85,9 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         # 2. the newest readable checkpoint is restored (a damaged one is skipped; a
         #    converted one holds the step and the model only);
         # 3. the algorithm checks what it restored (two_stage's switch step);
-        # 4. the data stream starts after the batches the restored step consumed (same
+        # 4. a run at step 0 takes config.model.generator_init's generator (resumed, the
+        #    checkpoint holds it);
+        # 5. the data stream starts after the batches the restored step consumed (same
         #    seed, same order, same masks: the run continues batch for batch).
         checkpoint_dir = workdir_lib.checkpoints(workdir)
         if not chief:  # other workers must save too (collectives); they write aside
@@ -96,6 +100,8 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                                          workdir_lib.checkpoints(workdir))
         trainer.algorithm.check_restored(workdir)
         step = int(trainer.step.numpy())
+        if step == 0 and config.model.get("generator_init"):
+            generator_init.load(trainer.model, config, vocab)
         iterator = iter(pipeline.distributed_dataset(strategy, train_files, config, masking,
                                                      training=True, step=step))
 
@@ -157,6 +163,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                         rate = (step - last_step) / max(now - last_time, 1e-9)
                         values.update(learning_rate=float(
                                           trainer.stage_optimizer().learning_rate),
+                                      temperature=float(trainer.temperature(step)),
                                       steps_per_sec=rate,
                                       examples_per_sec=rate * trainer.global_batch,
                                       tokens_per_sec=rate * tokens_per_step)

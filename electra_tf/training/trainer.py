@@ -23,7 +23,8 @@ uninterrupted one: the sampling noise is made of stateless integer draws `[globa
 P]` seeded by (seed, t), of which each replica (and micro-batch) takes its rows, and the
 dropout masks are stateless hashes of (seed, t, layer, global element index)
 (`model/dropout.py`); both are therefore also the same whatever the number of replicas
-or micro-batches. The masks of the data are functions of (seed, batch index)
+or micro-batches. The sampling temperature is a function of t too (`temperature`,
+config.model.temperature_schedule). The masks of the data are functions of (seed, batch index)
 (`data/pipeline.py`).
 """
 
@@ -65,6 +66,8 @@ class Trainer:
             keras.utils.set_random_seed(config.train.seed)
             self.model = model_config.pretrainer(config, vocab_size, dtype=self.policy)
             self.model.build_for(seq_length, num_predictions)
+            # The sampling temperature of step t (constant, or a schedule to 1.0).
+            self.temperature = model_config.temperature_schedule(config)
             # Which variables each step trains, by which loss (checked: errors name keys);
             # its own layers first: the run's optimizer trains them too.
             self.algorithm = algorithms.get(config)
@@ -148,10 +151,12 @@ class Trainer:
                                  tf.cast(step, tf.int64)])
         replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group,
                           tf.int32)
+        temperature = self.temperature(step)
         n = self.accumulation_steps
         if n == 1:
             grads, outputs, values = self._forward_backward(batch, uniform, counts,
-                                                            dropout_seed, replica, stage)
+                                                            dropout_seed, replica, stage,
+                                                            temperature)
             # Dense, as the accumulated sum is: the norm (clipping, grad_norm) of an
             # IndexedSlices gradient would count its repeated rows one by one.
             grads = [tf.zeros(v.shape, v.dtype) if g is None else tf.convert_to_tensor(g)
@@ -168,7 +173,7 @@ class Trainer:
                 micro_batch = {k: t[micro] for k, t in batches.items()}
                 micro_grads, outputs, micro_values = self._forward_backward(
                     micro_batch, uniforms[micro], counts, dropout_seed, replica * n + micro,
-                    stage)
+                    stage, temperature)
                 grads = [_add_gradient(g, m) for g, m in zip(grads, micro_grads)]
                 values = {k: values[k] + micro_values[k] for k in values}
                 if metrics is not None:
@@ -176,18 +181,20 @@ class Trainer:
         # Sum over replicas here (not in Keras) so that clipping sees the global gradient.
         return tf.distribute.get_replica_context().all_reduce(SUM, grads), values
 
-    def _forward_backward_pass(self, batch, uniform, counts, dropout_seed, block, stage):
+    def _forward_backward_pass(self, batch, uniform, counts, dropout_seed, block, stage,
+                               temperature):
         """forward → loss → gradients of one (micro-)batch: (gradients of the stage's
         variables, the outputs the metrics read, loss values). `block`: which
         `len(batch)`-row block of the global batch this is, for the dropout masks (the
-        replica; with accumulation, replica · N + micro-batch)."""
+        replica; with accumulation, replica · N + micro-batch); `temperature`: the
+        step's sampling temperature (a scalar tensor)."""
         variables = self.algorithm.variables(self.model, stage)
         # The model seeds each pass's masks from dropout_seed (the generator's salted);
         # what remat recomputes redraws the masks of its forward call.
         with remat.recomputing(self.remat):
             with tf.GradientTape() as tape:
                 outputs = self.model(batch, uniform=uniform, dropout_seed=dropout_seed,
-                                     replica=block, training=True)
+                                     replica=block, temperature=temperature, training=True)
                 loss, values = self.objective.loss(outputs, batch, *counts)
                 loss, values = self.algorithm.loss(self.objective, loss, values, stage,
                                                    outputs, batch, counts[0])
@@ -196,9 +203,9 @@ class Trainer:
                 scaled = self.stage_optimizer(stage).scale_loss(loss)  # float16 scaling
             return tape.gradient(scaled, variables), compact, values
 
-    def _forward_pass(self, batch, uniform, counts):
+    def _forward_pass(self, batch, uniform, counts, temperature):
         outputs = self.model(batch, uniform=uniform, dropout_seed=None, replica=0,
-                             training=False)
+                             temperature=temperature, training=False)
         _, values = self.objective.loss(outputs, batch, *counts)
         return self.objective.compact(outputs), values
 
@@ -313,9 +320,11 @@ class Trainer:
     def _eval_batch_fn(self, batch, index):
         def replica_fn(batch, index):
             counts = self._global_counts(batch)
-            # A fixed noise stream per evaluation batch: evaluations are comparable.
+            # A fixed noise stream per evaluation batch: evaluations are comparable. The
+            # temperature is the current step's: the held-out loss is the training loss.
             uniform = self._uniform(self.config.train.seed + 1, index)
-            outputs, values = self._forward(batch, uniform, counts)
+            outputs, values = self._forward(batch, uniform, counts,
+                                            self.temperature(self.step.value()))
             self.eval_metrics.update(batch, outputs, values)
         with tracebacks.short_tracebacks():
             self.strategy.run(replica_fn, args=(batch, index))

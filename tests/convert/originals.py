@@ -138,6 +138,19 @@ def write_original(directory, shape=TINY_SHAPE, generator=True, junk=NOT_WEIGHTS
 
 
 
+def write_converted(directory) -> dict:
+    """`write_original`'s tiny checkpoint (generator included) in DIRECTORY/tf1, converted
+    to a workdir of ours in DIRECTORY/run as tools/convert_checkpoint.py --to=electra_tf
+    writes it: `write_original`'s dict and "run", the workdir."""
+    from electra_tf.convert import tf1  # pylint: disable=g-import-not-at-top
+    from electra_tf.convert import workdir  # pylint: disable=g-import-not-at-top
+    original = write_original(os.path.join(str(directory), "tf1"))
+    run = os.path.join(str(directory), "run")
+    workdir.write(tf1.read(original["dir"]), run, original["vocab"].path,
+                  config=load_config("tiny").to_dict())
+    return {**original, "run": run}
+
+
 def assert_same_tensors(a: dict, b: dict):
     """The same names, float32 arrays equal bit for bit."""
     assert sorted(a) == sorted(b)

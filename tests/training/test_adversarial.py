@@ -70,7 +70,8 @@ def test_the_generators_gradient_is_the_policy_gradient(temperature):
     with tf.GradientTape(persistent=True) as tape:
         outputs = {"mlm_logits": mlm_logits, "disc_logits": disc_logits,
                    "generator_hidden": generator_hidden, "sampled_ids": tf.constant(samples),
-                   "is_replaced": tf.constant([[0.0, 1.0, 0.0, 0.0]])}
+                   "is_replaced": tf.constant([[0.0, 1.0, 0.0, 0.0]]),
+                   "temperature": tf.constant(temperature)}  # the step's (model.generate)
         total, got = adversarial.loss(objectives.get("electra"), None, values, "joint",
                                       outputs, batch, tf.constant(2.0))
 
@@ -117,7 +118,8 @@ def test_the_log_probability_is_the_sampled_distributions():
     with tf.GradientTape() as tape:
         outputs = {"mlm_logits": logits, "disc_logits": tf.constant([[0.0, -1.5]]),
                    "generator_hidden": tf.zeros([1, 1, 2]),
-                   "sampled_ids": tf.constant([[2]]), "is_replaced": tf.constant([[0., 1.]])}
+                   "sampled_ids": tf.constant([[2]]), "is_replaced": tf.constant([[0., 1.]]),
+                   "temperature": tf.constant(1.0)}
         total, got = adversarial.loss(objectives.get("electra"), None, values, "joint",
                                       outputs, batch, tf.constant(1.0))
     p = _softmax(np.array([0.2, 1.0, -0.3]))

@@ -11,6 +11,8 @@ answered in `electra_15.py`. Adding one is a new module and a row here.
 >>> [round(training_flops(small, 128, 19, 30522, name) / 1e9, 2) for name in
 ...  ("electra", "mlm", "replace_mlm", "all_tokens_mlm")]
 [8.98, 8.33, 9.38, 11.96]
+>>> round(training_flops(small, 128, 19, 30522, generator="frozen") / 1e9, 2)  # no backward
+8.28
 >>> get("bert")
 Traceback (most recent call last):
 ...
@@ -39,9 +41,13 @@ def get(name: str, disc_weight: float = 50.0) -> base.Objective:
 
 
 def training_flops(shape: sizes.ModelShape, seq_len: int, num_predictions: int,
-                   vocab_size: int, objective: str = "electra") -> int:
+                   vocab_size: int, objective: str = "electra",
+                   generator: str = "train") -> int:
     """Training FLOPs per sequence of a whole `ModelShape` under `objective` (any shape,
     any tie: sharing weights saves no compute, each encoder pass still runs). Each
     objective counts its own passes (`model/flops.py`'s formulas): `mlm` has no
-    generator, `all_tokens_mlm` projects to the vocabulary at every position."""
-    return get(objective).training_flops(shape, seq_len, num_predictions, vocab_size)
+    generator, `all_tokens_mlm` projects to the vocabulary at every position.
+    `generator` (config.train.generator): `frozen` counts the generator's forward pass
+    only, `train` its backward too."""
+    return get(objective).training_flops(shape, seq_len, num_predictions, vocab_size,
+                                         frozen_generator=generator == "frozen")

@@ -28,7 +28,8 @@ class Objective:
     names: tuple = ()             # every metric, in log/TensorBoard order
     log_fields: tuple = ()        # (label, metric, decimals) of the log line after `loss`
     vocab_logits: tuple = ()      # outputs of [B, P|S, V] logits: never leave the step
-    step_only: tuple = ("generator_hidden",)  # outputs the metrics never read: dropped
+    step_only: tuple = ("generator_hidden", "temperature")  # outputs the metrics never
+                                                            # read: dropped
 
     def __init__(self, disc_weight: float = 50.0):
         self.disc_weight = disc_weight
@@ -38,8 +39,10 @@ class Objective:
         """The head on the main (discriminator-shaped) encoder of `model`."""
         raise NotImplementedError
 
-    def forward(self, model, batch, uniform, training, dropout_seed, replica) -> dict:
-        """The outputs of one pass over `batch` (`model.generate` / `model.encode`)."""
+    def forward(self, model, batch, uniform, training, dropout_seed, replica,
+                temperature) -> dict:
+        """The outputs of one pass over `batch` (`model.generate` / `model.encode`), the
+        generator's samples drawn at `temperature` (a scalar)."""
         raise NotImplementedError
 
     # === Loss ===
@@ -78,8 +81,9 @@ class Objective:
         raise NotImplementedError
 
     def training_flops(self, shape, seq_len: int, num_predictions: int,
-                       vocab_size: int) -> int:
-        """Forward + backward (3 × forward) FLOPs per sequence (`model/flops.py`)."""
+                       vocab_size: int, frozen_generator: bool = False) -> int:
+        """Forward + backward (3 × forward) FLOPs per sequence (`model/flops.py`); a
+        frozen generator's forward only (`generator_training_flops`)."""
         raise NotImplementedError
 
 
@@ -114,6 +118,10 @@ def serve_lm(head, sequence, input_mask) -> dict:
     return {"predicted_ids": ids * tf.cast(input_mask, tf.int32)}
 
 
-def generator_training_flops(shape, seq_len, num_predictions, vocab_size) -> int:
-    """The generator's share of a step: forward + backward."""
-    return 3 * flops.generator_flops(shape.generator, seq_len, num_predictions, vocab_size)
+def generator_training_flops(shape, seq_len, num_predictions, vocab_size,
+                             frozen: bool = False) -> int:
+    """The generator's share of a step: forward + backward (3 × forward), or its forward
+    alone when it is `frozen` (config.train.generator=frozen: no backward pass)."""
+    passes = 1 if frozen else 3
+    return passes * flops.generator_flops(shape.generator, seq_len, num_predictions,
+                                          vocab_size)

@@ -30,8 +30,10 @@ class Electra(base.Objective):
                                        dtype=model.dtype_policy,
                                        name="discriminator_predictions")
 
-    def forward(self, model, batch, uniform, training, dropout_seed, replica):
-        outputs = model.generate(batch, uniform, training, dropout_seed, replica)
+    def forward(self, model, batch, uniform, training, dropout_seed, replica,
+                temperature):
+        outputs = model.generate(batch, uniform, training, dropout_seed, replica,
+                                 temperature)
         discriminated = model.encode(outputs["corrupted_ids"], batch, training, dropout_seed,
                                      replica)
         outputs["disc_logits"] = tf.cast(model.discriminator_head(discriminated),
@@ -67,6 +69,9 @@ class Electra(base.Objective):
         probability = tf.sigmoid(tf.cast(model.discriminator_head(sequence), tf.float32))
         return {"replaced_probability": probability * tf.cast(input_mask, tf.float32)}
 
-    def training_flops(self, shape, seq_len, num_predictions, vocab_size):
-        return flops.training_flops_per_sequence(shape.discriminator, shape.generator,
-                                                 seq_len, num_predictions, vocab_size)
+    def training_flops(self, shape, seq_len, num_predictions, vocab_size,
+                       frozen_generator=False):
+        d = shape.discriminator
+        return (3 * (flops.encoder_flops(d, seq_len) + flops.rtd_head_flops(d, seq_len))
+                + base.generator_training_flops(shape, seq_len, num_predictions, vocab_size,
+                                                frozen_generator))

@@ -27,8 +27,9 @@ class MLM(base.Objective):
         return heads.masked_lm_head(model.embeddings, dtype=model.dtype_policy,
                                     name="mlm_predictions")
 
-    def forward(self, model, batch, uniform, training, dropout_seed, replica):
-        del uniform  # nothing is sampled
+    def forward(self, model, batch, uniform, training, dropout_seed, replica,
+                temperature):
+        del uniform, temperature  # nothing is sampled
         sequence = model.encode(batch["masked_input_ids"], batch, training, dropout_seed,
                                 replica)
         return {"mlm_logits": tf.cast(model.discriminator_head(
@@ -55,7 +56,9 @@ class MLM(base.Objective):
     def serve(self, model, sequence, input_mask):
         return base.serve_lm(model.discriminator_head, sequence, input_mask)
 
-    def training_flops(self, shape, seq_len, num_predictions, vocab_size):
+    def training_flops(self, shape, seq_len, num_predictions, vocab_size,
+                       frozen_generator=False):
+        del frozen_generator  # no generator
         d = shape.discriminator
         return 3 * (flops.encoder_flops(d, seq_len)
                     + flops.mlm_head_flops(d, num_predictions, vocab_size))

@@ -40,8 +40,10 @@ class ReplaceMLM(base.Objective):
         return heads.masked_lm_head(model.embeddings, dtype=model.dtype_policy,
                                     name="lm_predictions")
 
-    def forward(self, model, batch, uniform, training, dropout_seed, replica):
-        outputs = model.generate(batch, uniform, training, dropout_seed, replica)
+    def forward(self, model, batch, uniform, training, dropout_seed, replica,
+                temperature):
+        outputs = model.generate(batch, uniform, training, dropout_seed, replica,
+                                 temperature)
         sequence = model.encode(outputs["corrupted_ids"], batch, training, dropout_seed,
                                 replica)
         positions, _, _ = self.targets(batch)
@@ -80,9 +82,11 @@ class ReplaceMLM(base.Objective):
         del seq_len
         return num_predictions
 
-    def training_flops(self, shape, seq_len, num_predictions, vocab_size):
+    def training_flops(self, shape, seq_len, num_predictions, vocab_size,
+                       frozen_generator=False):
         d = shape.discriminator
         positions = self.predicted_positions(seq_len, num_predictions)
-        return (base.generator_training_flops(shape, seq_len, num_predictions, vocab_size)
+        return (base.generator_training_flops(shape, seq_len, num_predictions, vocab_size,
+                                              frozen_generator)
                 + 3 * (flops.encoder_flops(d, seq_len)
                        + flops.mlm_head_flops(d, positions, vocab_size)))

@@ -23,8 +23,9 @@ Hyper-parameters (the paper gives none beyond the above; ours, chosen here):
 - the baseline is Dense(1), kernel zeros and bias ln 2: it starts at the reward of a
   discriminator that knows nothing (D = 1/2 everywhere); the run's optimizer and schedule
   train it (its bias not weight-decayed, as no bias is), its loss weighed 1;
-- the log-probability is that of the distribution sampled (config.model.temperature,
-  and config.model.disallow_correct's renormalisation);
+- the log-probability is that of the distribution sampled (the step's temperature,
+  config.model.temperature or its schedule, and config.model.disallow_correct's
+  renormalisation);
 - config.train.adversarial_mlm_weight = 0: no MLM term (the paper's adversarial
   generator has none); the MLM loss and accuracy are still measured, not optimised.
 
@@ -73,7 +74,6 @@ class Adversarial(joint.Joint):
                 f"config.model.tie={tie!r}: config.train.algorithm='adversarial' trains "
                 "the generator to fool the discriminator, which cannot be the same "
                 "encoder; use tie=embeddings, none or gdes")
-        self.temperature = config.model.temperature
         self.disallow_correct = config.model.disallow_correct
         self.mlm_weight = config.train.get("adversarial_mlm_weight", 0.0)
         self.baseline = None  # `build`
@@ -102,7 +102,7 @@ class Adversarial(joint.Joint):
         baselines = tf.cast(tf.squeeze(self.baseline(
             tf.stop_gradient(outputs["generator_hidden"])), -1), tf.float32)   # [B, P]
         log_probs = sampling.log_probability(
-            outputs["mlm_logits"], outputs["sampled_ids"], self.temperature,
+            outputs["mlm_logits"], outputs["sampled_ids"], outputs["temperature"],
             batch["masked_lm_ids"] if self.disallow_correct else None)         # [B, P]
         # Rewards and advantages are constants there: no gradient into the discriminator.
         policy, baseline, tokens = losses.policy_gradient_loss(
