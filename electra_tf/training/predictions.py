@@ -78,10 +78,13 @@ def views(forward, batch: dict, vocab: tokenizer.Vocab, uniform) -> list[list[To
     return out
 
 
-def predict_fn(model):
+def predict_fn(model, temperature=None):
     """The model's forward pass without dropout, compiled once: `(batch, uniform) →
-    outputs` (eager calls would run op by op on an accelerator)."""
-    return tf.function(lambda batch, uniform: model(batch, uniform=uniform, training=False))
+    outputs` (eager calls would run op by op on an accelerator), sampling at
+    `temperature()` (a training run's current one) or the model's own."""
+    return tf.function(lambda batch, uniform: model(
+        batch, uniform=uniform, temperature=temperature() if temperature else None,
+        training=False))
 
 
 def summary_line(tokens: list[Token]) -> str:

@@ -115,7 +115,8 @@ class Trainer:
         self._train_loops = {}  # stage → its compiled loop (`train_loop`)
         self._compiled_stages = set()  # stages whose loop has run (`run_loop`)
         self.eval_batch = tf.function(self._eval_batch_fn)
-        self.predict = predictions.predict_fn(self.model)  # the predictions view's
+        self.predict = predictions.predict_fn(  # the predictions view's, at the step's
+            self.model, lambda: self.temperature(self.step.value()))  # temperature
 
     # ------------------------------------------------------------------ the step
     def train_step(self, batch, step, stage: str):
