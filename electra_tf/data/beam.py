@@ -24,14 +24,16 @@ written to `STAGING/errors/` by the worker that met it and raised on the driver 
 same one-line `CorpusError` the in-process writer gives.
 """
 
+import contextlib
 import dataclasses
-from concurrent import futures
+import io
 import json
 import logging as std_logging
 import os
+import sys
+import tempfile
 import threading
 import uuid
-import zlib
 from typing import Callable
 
 import tensorflow as tf
@@ -72,27 +74,38 @@ beam, _window = _import_beam()
 
 
 def pipeline_options(spec: str):
-    """`PipelineOptions` from TFDS's spelling, `key=value,key=value` (or bare flags).
+    """`PipelineOptions` from TFDS's spelling, `key=value,key=value` (or bare flags); an
+    unknown option, a bad value or an unknown runner is a one-line `UserError`.
 
     >>> options = pipeline_options("runner=DirectRunner,direct_num_workers=2")
     >>> options.get_all_options()["direct_num_workers"]
     2
     """
-    items = [item.strip() for item in spec.split(",") if item.strip()]
+    items = [item.strip().lstrip("-") for item in spec.split(",") if item.strip()]
     if not items:
         raise errors.UserError("--beam_pipeline_options: empty; e.g. runner=DirectRunner,"
                                "direct_num_workers=0,direct_running_mode=multi_processing")
-    flags = [f"--{item.lstrip('-')}" for item in items]
+    flags = [f"--{item}" for item in items]
     if not any(item.startswith("default_sdk_harness_log_level") for item in items):
-        flags.append("--default_sdk_harness_log_level=WARNING")  # workers: no INFO lines
+        # Workers log nothing of their own: a failure reaches the driver, which tells it
+        # (a bad file as one line, anything else as Beam's error with the worker's trace).
+        flags.append("--default_sdk_harness_log_level=CRITICAL")
     options = beam.options.pipeline_options.PipelineOptions(flags=flags)
-    known = options.get_all_options(retain_unknown_options=False)
-    unknown = [item for item in items
-               if item.lstrip("-").split("=")[0] not in known]
+    try:  # argparse prints its usage and exits on a bad value: one line instead
+        with contextlib.redirect_stderr(io.StringIO()) as usage:
+            known = options.get_all_options()
+    except SystemExit:
+        reason = (usage.getvalue().strip().splitlines() or ["invalid"])[-1]
+        raise errors.UserError(f"--beam_pipeline_options: {reason.split('error: ')[-1]}")
+    unknown = set(options.get_all_options(retain_unknown_options=True)) - set(known)
     if unknown:
-        raise errors.UserError(f"--beam_pipeline_options: unknown option {unknown[0]!r} "
+        raise errors.UserError(f"--beam_pipeline_options: unknown option {sorted(unknown)[0]!r} "
                                "(Apache Beam's pipeline options, e.g. runner=DirectRunner,"
                                "direct_num_workers=2)")
+    try:
+        beam.runners.create_runner(known["runner"] or "DirectRunner")
+    except ValueError as e:
+        raise errors.UserError(f"--beam_pipeline_options: {str(e).split('. Valid')[0]}")
     return options
 
 
@@ -111,10 +124,6 @@ class _Job:
         return os.path.join(self.staging, *parts)
 
 
-def _staging_name(key: str) -> str:
-    return f"{zlib.crc32(key.encode()):08x}-{uuid.uuid4().hex[:8]}"
-
-
 class _ReadDocuments(beam.DoFn):
     """(file index, `FileRange`) → lists of corpus lines, each ending at a document's
     end; tagged `stats`: the range's `CorpusStats` as a dict, with its place in order."""
@@ -127,7 +136,8 @@ class _ReadDocuments(beam.DoFn):
         index, part = element
         job = self.job
         stats = corpus.CorpusStats()
-        marker = job.path("progress", _staging_name(f"{part.path}@{part.start}"))
+        name = f"{index:08d}-{part.start:016d}"  # a rerun of the range overwrites it
+        marker = job.path("progress", name)
         lines, reported = [], 0
         try:
             for line in corpus.read_range(part, stats):
@@ -139,7 +149,7 @@ class _ReadDocuments(beam.DoFn):
                     reported = stats.bytes
                     _write_text(marker, str(reported))
         except corpus.CorpusError as e:
-            _write_text(job.path("errors", _staging_name(part.path)), str(e))
+            _write_text(job.path("errors", name), str(e))  # in file order
             raise
         if any(lines):
             yield lines
@@ -161,37 +171,19 @@ class _Encode(beam.DoFn):
         if vocab.sha256 != job.vocab_sha256:
             raise errors.UserError(f"{job.vocab_path} changed while the job ran")
         self.encoder = writer.Encoder(vocab, job.max_seq_length, job.lower_case, job.seed)
-        tokenize = tf.function(writer.tokenize_fn(self.encoder.tokenizer),
-                               input_signature=[tf.TensorSpec([None], tf.string)],
-                               autograph=False)
-        self.tokenize = lambda lines: tokenize(tf.constant(lines))
-        # As in process, the TF ops run on threads beside Python's packing: tokenizing
-        # the next batches, serializing the last one.
-        self.tokenizing = futures.ThreadPoolExecutor(1, "tokenize")
-        self.serializing = futures.ThreadPoolExecutor(1, "serialize")
+        self.tokenize = tf.function(writer.tokenize_fn(self.encoder.tokenizer),
+                                    input_signature=[tf.TensorSpec([None], tf.string)],
+                                    autograph=False)
 
     def process(self, lines):
         before = self.encoder.counts()
-        size = writer.LINES_PER_BATCH
-        tokenized = self.tokenizing.map(
-            self.tokenize, [lines[i:i + size] for i in range(0, len(lines), size)])
-        serialized = None
-        for batch in tokenized:
-            packed = self.encoder.pack(*batch)
-            if serialized:
-                yield serialized.result()
-            serialized = self.serializing.submit(self.encoder.serialize, packed)
-        if serialized:
-            yield serialized.result()
+        for i in range(0, len(lines), writer.LINES_PER_BATCH):
+            batch = self.tokenize(tf.constant(lines[i:i + writer.LINES_PER_BATCH]))
+            yield self.encoder.encode(*batch)
         yield self.encoder.finish()  # empty: `lines` ends at a document's end
         after = self.encoder.counts()
         yield beam.pvalue.TaggedOutput("counts",
                                        {key: after[key] - before[key] for key in after})
-
-    def teardown(self):
-        for pool in (getattr(self, "tokenizing", None), getattr(self, "serializing", None)):
-            if pool:
-                pool.shutdown(cancel_futures=True)
 
 
 class _WriteShards(beam.DoFn):
@@ -263,16 +255,48 @@ def write_pretraining_data(
     log: Callable[[str], None] = print,
 ) -> writer.WriteResult:
     """`writer.write_pretraining_data`'s job as a Beam pipeline run with `options`
-    (`pipeline_options`): the same examples, in shards of at most ~`SHARD_BYTES`."""
+    (`pipeline_options`): the same examples, in shards of at most ~`SHARD_BYTES`; what
+    reading skipped goes into `source.stats`, as in process."""
     examples.ExampleBuilder(max_seq_length, vocab.cls_id, vocab.sep_id)  # checks the length
     writer.check_output_dir(output_dir, overwrite)
-    job = _Job(os.path.join(output_dir, STAGING), os.path.abspath(vocab.path),
-               vocab.sha256, max_seq_length, lower_case, seed)
+    vocab_path = vocab.path if "://" in vocab.path else os.path.abspath(vocab.path)
+    job = _Job(os.path.join(output_dir, STAGING), vocab_path, vocab.sha256,
+               max_seq_length, lower_case, seed)
     _remove(job.staging)  # what a killed run left
-    for folder in ("shards", "progress", "errors"):
-        tf.io.gfile.makedirs(job.path(folder))
+    # Documents of TFDS are counted on the workers: no progress until the end.
+    progress = progress_lib.Progress(source.total_bytes, "bytes", log=log, scale=1e-6,
+                                     scaled_unit="MB")
+    try:
+        for folder in ("shards", "progress", "errors"):
+            tf.io.gfile.makedirs(job.path(folder))
+        # The runner relays the workers' logs, a failure's traceback too: the error is ours
+        # to tell (`_run`), as one line.
+        std_logging.getLogger("apache_beam").setLevel(std_logging.CRITICAL)
+        _run(_pipeline(source, options, job), job, None if "tfds" in source.source else
+             lambda: progress.update(_bytes_read(job)))
+        with tf.io.gfile.GFile(job.path("summary.json")) as f:
+            summary = json.load(f)
+        if not summary["shards"]:
+            raise writer.EmptyOutputError(
+                f"{source.flag()}: the corpus produced no examples (is every line "
+                f"empty?); nothing was written to {output_dir}")
+        # What the driver knows of the source (TFDS: the split's size) and the workers'.
+        parts = summary["stats"] if isinstance(summary["stats"], list) else [summary["stats"]]
+        for key, value in _merge_stats([source.stats.as_dict()] + parts).items():
+            setattr(source.stats, key, value)
+        progress.update(source.stats.bytes, force=True)
+        # By name, for a stable listing: training computes its own order (data/order.py).
+        shards = sorted(summary["shards"], key=lambda s: s["tmp"])
+        fields = writer.manifest_fields(summary["counts"], max_seq_length, seed, vocab,
+                                        lower_case, source.source, source.stats.as_dict())
+        manifest = writer.commit(output_dir, shards, fields)
+    finally:
+        _remove(job.staging)
+    return writer.result_of(manifest, progress.elapsed(), output_dir)
 
-    std_logging.getLogger("apache_beam").setLevel(std_logging.ERROR)  # the runner's
+
+def _pipeline(source, options, job):
+    """The job's pipeline, its summary written to `STAGING/summary.json` last."""
     pipeline = beam.Pipeline(options=options)
     if "tfds" in source.source:
         lines, stats = _tfds_documents(pipeline, source)
@@ -301,32 +325,7 @@ def write_pretraining_data(
                  {"shards": shards, "counts": counts, "stats": stats})),
              beam.pvalue.AsSingleton(shards), beam.pvalue.AsSingleton(counts),
              beam.pvalue.AsSingleton(stats)))
-
-    # Documents of TFDS are counted on the workers: no progress until the end.
-    progress = progress_lib.Progress(source.total_bytes, "bytes", log=log, scale=1e-6,
-                                     scaled_unit="MB")
-    try:
-        _run(pipeline, job, None if "tfds" in source.source else
-             lambda: progress.update(_bytes_read(job)))
-        with tf.io.gfile.GFile(summary_path) as f:
-            summary = json.load(f)
-        if not summary["shards"]:
-            raise writer.EmptyOutputError(
-                f"{source.flag()}: the corpus produced no examples (is every line "
-                f"empty?); nothing was written to {output_dir}")
-        # What the driver knows of the source (TFDS: the split's size) and the workers'.
-        parts = summary["stats"] if isinstance(summary["stats"], list) else [summary["stats"]]
-        stats = _merge_stats([source.stats.as_dict()] + parts)
-        progress.update(stats["bytes"], force=True)
-        # The in-process writer's order of shards has no meaning here either: the
-        # training order is computed (data/order.py); sorted, a rerun names them alike.
-        shards = sorted(summary["shards"], key=lambda s: s["tmp"])
-        fields = writer.manifest_fields(summary["counts"], max_seq_length, seed, vocab,
-                                        lower_case, source.source, stats)
-        manifest = writer.commit(output_dir, shards, fields)
-    finally:
-        _remove(job.staging)
-    return writer.result_of(manifest, progress.elapsed(), output_dir)
+    return pipeline
 
 
 def _tfds_documents(pipeline, source):
@@ -368,7 +367,12 @@ def _bytes_read(job) -> int:
 
 def _run(pipeline, job, report) -> None:
     """Runs `pipeline` to its end on a thread, calling `report` (if any) every second
-    meanwhile; a worker's `CorpusError` is raised here as itself."""
+    meanwhile; a worker's `CorpusError` is raised here as itself.
+
+    The DirectRunner's worker processes write to this process's stderr (their start-up
+    lines, a failure's traceback): it is held aside while the pipeline runs and shown
+    only when the job fails for another reason than a bad corpus file.
+    """
     failure = []
 
     def run():
@@ -377,16 +381,29 @@ def _run(pipeline, job, report) -> None:
         except BaseException as e:  # pylint: disable=broad-except
             failure.append(e)
 
-    thread = threading.Thread(target=run, name="beam-pipeline", daemon=True)
-    thread.start()
-    while thread.join(1.0) or thread.is_alive():
-        if report:
-            report()
-    if failure:
+    with tempfile.TemporaryFile() as held:
+        sys.stderr.flush()
+        stderr = os.dup(2)
+        os.dup2(held.fileno(), 2)
+        try:
+            thread = threading.Thread(target=run, name="beam-pipeline", daemon=True)
+            thread.start()
+            while thread.is_alive():
+                thread.join(1.0)
+                if report and thread.is_alive():
+                    report()
+        finally:
+            sys.stderr.flush()
+            os.dup2(stderr, 2)
+            os.close(stderr)
+        if not failure:
+            return
         messages = sorted(tf.io.gfile.listdir(job.path("errors")))
         if messages:
             with tf.io.gfile.GFile(job.path("errors", messages[0])) as f:
                 raise corpus.CorpusError(f.read()) from failure[0]
+        held.seek(0)
+        sys.stderr.write(held.read().decode("utf-8", "replace")[-20_000:])
         raise failure[0]
 
 

@@ -179,8 +179,7 @@ class Encoder:
         return self.serialize(self._packer.finish())
 
     def serialize(self, packed):
-        """`pack`'s examples → serialized `tf.train.Example`s (a TF op: it runs
-        beside Python on another thread)."""
+        """`pack`'s examples → serialized `tf.train.Example`s [n]."""
         if not packed[1]:
             return []
         return self._serialize(*(tf.constant(v, tf.int32) for v in packed)).numpy()

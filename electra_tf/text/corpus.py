@@ -275,9 +275,11 @@ def read_lines(paths: list[str], stats: CorpusStats) -> Iterator[str]:
 
 @dataclasses.dataclass(frozen=True)
 class FileRange:
-    """The documents of `path` whose first line starts in bytes [start, end) (end None:
-    to the end of the file), after the first blank line at or after `start` when
-    `start > 0`: ranges that tile a file read each document exactly once, whole."""
+    """Part of a file: for `start` 0, from its first line; otherwise from just after the
+    first blank line that begins at or after byte `start`; in both cases up to and with
+    the first blank line that begins at or after byte `end` (None: the end of the file).
+    Ranges that tile a file ([0, a), [a, b), ..., [z, None)) read each line once, and a
+    document never spans two of them."""
 
     path: str
     start: int = 0
@@ -299,25 +301,20 @@ def split_files(paths: list[str], range_bytes: int) -> list[FileRange]:
 
 
 def read_range(part: FileRange, stats: CorpusStats) -> Iterator[str]:
-    """Yields the corpus lines of one `FileRange` (then an empty line), as `read_lines`.
-
-    A range that starts inside a file skips the document under way there (its range
-    before reads it to its end) and reads on past `end` to the end of its last document.
-    Lines are numbered in messages from the start of the range: `path:N` for the first
-    range of a file, `path@start:N` for the others.
-    """
+    """Yields the corpus lines of one `FileRange` (then an empty line), as `read_lines`
+    does for a whole file. A bad line is named `path:N` in a range that starts the file,
+    `path@byte B` (where the line begins) in the others."""
     path, start, end = part.path, part.start, part.end
-    where = path if not start else f"{path}@{start}"
     stats.files += not start
     opener = gzip.open if path.endswith(".gz") else open
     n = 0
+    line_start = position = start
     try:
         with opener(path, "rb") as f:
-            position = start
-            if start:  # to the first line that starts at `start` or later ...
+            if start:  # to the first line that begins at `start` or later ...
                 f.seek(start - 1)
                 position += len(f.readline()) - 1
-                while True:  # ... and past the end of the document under way
+                while True:  # ... and past the first blank line from there
                     line_start = position
                     raw = f.readline()
                     position += len(raw)
@@ -332,29 +329,38 @@ def read_range(part: FileRange, stats: CorpusStats) -> Iterator[str]:
                     break
                 position += len(raw)
                 n += 1
-                line = _decode(raw, stats, f"{where}:{n}")
+                place = (path, n) if not start else (path, None, line_start)
+                line = _decode(raw, stats, place)
                 if line is None:
                     continue
-                line = _clip(line.strip(), stats, f"{where}:{n}")
+                line = _clip(line.strip(), stats, place)
                 yield line
                 if not line and end is not None and line_start >= end:
                     break  # the next range starts after this blank line
     except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
-        raise CorpusError(f"{where}: cannot read line {n + 1}: {e}") from e
+        line = f"line {n + 1}" if not start else f"the line at byte {line_start}"
+        raise CorpusError(f"{path}: cannot read {line}: {e}") from e
     if n == 0 and not start:
         stats.empty_files.append(path)
     stats.lines += n
     yield ""
 
 
-def _decode(raw: bytes, stats: CorpusStats, where: str) -> str | None:
-    """UTF-8 text, or None (counted in `stats`, the first one's place kept)."""
+def _place(name: str, line=None, byte: int | None = None, example=None) -> str:
+    """Where a line is, for messages: `path:N`, `path@byte B` or `NAME:example N`."""
+    if example is not None:
+        return f"{name}:example {example}"
+    return f"{name}:{line}" if byte is None else f"{name}@byte {byte}"
+
+
+def _decode(raw: bytes, stats: CorpusStats, place: tuple) -> str | None:
+    """UTF-8 text, or None (counted in `stats`, the first one's `_place` kept)."""
     stats.bytes += len(raw)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         stats.invalid_utf8_lines += 1
-        stats.first_invalid_utf8 = stats.first_invalid_utf8 or where
+        stats.first_invalid_utf8 = stats.first_invalid_utf8 or _place(*place)
         return None
 
 
@@ -365,10 +371,10 @@ def _is_blank(raw: bytes) -> bool:
         return False
 
 
-def _clip(line: str, stats: CorpusStats, where: str) -> str:
+def _clip(line: str, stats: CorpusStats, place: tuple) -> str:
     if len(line) > MAX_LINE_CHARS:
         stats.truncated_lines += 1
-        stats.first_truncated = stats.first_truncated or where
+        stats.first_truncated = stats.first_truncated or _place(*place)
         return line[:MAX_LINE_CHARS]
     return line
 
@@ -411,13 +417,13 @@ def _tfds_example_lines(dataset, name, text_key, stats):
 def tfds_document_lines(raw: bytes, name: str, n, stats: CorpusStats) -> Iterator[str]:
     """Example `n` of TFDS's `name`: its text → its corpus lines (none if not UTF-8)."""
     stats.documents += 1  # read (and counted as skipped when not UTF-8)
-    text = _decode(raw, stats, f"{name}:example {n}")
+    text = _decode(raw, stats, (name, None, None, n))
     if text is None:
         return
     for paragraph in text.split("\n"):
         for sentence in split_sentences(paragraph):
             stats.lines += 1
-            yield _clip(sentence, stats, f"{name}:example:{n}")
+            yield _clip(sentence, stats, (name, f"example:{n}"))
     yield ""
 
 

@@ -27,12 +27,13 @@ IN_MEMORY = "runner=DirectRunner,direct_num_workers=1"
 # Whatever the manifest says of the data (not when it was made, nor how it is sharded).
 SAME = ("num_examples", "num_documents", "num_sentences", "num_tokens", "truncated_tokens",
         "truncated_examples", "max_seq_length", "seed", "vocab", "tokenizer", "source")
-SAME_INPUT = ("files", "bytes", "lines", "invalid_utf8_lines", "truncated_lines")
+SAME_INPUT = ("files", "bytes", "lines", "invalid_utf8_lines", "truncated_lines",
+              "empty_files")
 
 
 @pytest.fixture(scope="module")
 def corpus_files(tmp_path_factory):
-    """Several files: plain, gzipped, one with a bad line, one split into ranges."""
+    """Several files: plain, gzipped, empty, one with a bad line, one split into ranges."""
     root = tmp_path_factory.mktemp("corpus")
     vocab = helpers.write_vocab(str(root))
     paths = [helpers.write_corpus(str(root), num_documents=30, seed=i, name=f"c{i}.txt")
@@ -43,6 +44,7 @@ def corpus_files(tmp_path_factory):
     with open(paths[0], "rb") as f, gzip.open(str(root / "c0.txt.gz"), "wb") as g:
         g.write(f.read())
     os.remove(paths[0])
+    (root / "c3.txt").write_bytes(b"")
     pattern = ",".join([str(root / "c*.txt*"), big])
     return vocab, pattern, big
 
@@ -86,12 +88,13 @@ def test_two_workers_write_the_examples_of_the_in_process_writer(
     result = write(tmp_path / "beam", vocab, pattern, TWO_WORKERS)
     in_process, on_beam = assert_same_data(tmp_path / "in_process", tmp_path / "beam")
     assert on_beam["input"]["invalid_utf8_lines"] == 1 and on_beam["num_documents"] == 491
+    assert on_beam["input"]["empty_files"] == [str(os.path.dirname(big)) + "/c3.txt"]
     assert result.num_examples == on_beam["num_examples"] and result.num_shards >= 1
     # Nothing of the job is left beside the dataset, and training reads it as it is.
     assert sorted(os.listdir(tmp_path / "beam")) == sorted(
         [writer.MANIFEST] + [s["file"] for s in on_beam["shards"]])
     assert pipeline.resolve_files(str(tmp_path / "beam"), SEQ, vocab)
-    del in_process
+    assert in_process["num_examples"] == on_beam["num_examples"]
 
 
 def test_in_memory_runner_and_another_split_write_the_same(tmp_path, corpus_files,
@@ -155,10 +158,16 @@ def test_a_killed_runs_leftovers_are_removed_and_an_existing_dataset_kept(
 
 def test_pipeline_options_are_checked():
     assert beam.pipeline_options(TWO_WORKERS).get_all_options()["direct_num_workers"] == 2
-    with pytest.raises(beam.errors.UserError, match="unknown option 'num_wrkers=2'"):
-        beam.pipeline_options("runner=DirectRunner,num_wrkers=2")
-    with pytest.raises(beam.errors.UserError, match="empty"):
-        beam.pipeline_options(" , ")
+    # Dataflow's options, some stored under another name than the flag's.
+    dataflow = beam.pipeline_options("runner=DataflowRunner,project=p,region=r,"
+                                     "worker_machine_type=n1-standard-4,no_use_public_ips")
+    assert dataflow.get_all_options()["machine_type"] == "n1-standard-4"
+    for spec, reason in (("runner=DirectRunner,num_wrkers=2", "unknown option 'num_wrkers'"),
+                         ("direct_num_workers=abc", "invalid int value: 'abc'"),
+                         ("runner=NoSuchRunner", "Unexpected pipeline runner: NoSuchRunner"),
+                         (" , ", "empty")):
+        with pytest.raises(beam.errors.UserError, match=reason):
+            beam.pipeline_options(spec)
 
 
 def test_tool_runs_on_beam_and_refuses_num_shards(tmp_path, corpus_files):
@@ -169,6 +178,9 @@ def test_tool_runs_on_beam_and_refuses_num_shards(tmp_path, corpus_files):
                               f"--output_dir={tmp_path / 'out'}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "shard(s) to" in result.stdout and "MB/s" in result.stdout
+    # What reading skipped is told as in process (the workers' stats, merged).
+    assert "warning: 1 line(s) of invalid UTF-8 skipped, first at " in result.stdout
+    assert "warning: 1 empty file(s) skipped" in result.stdout
     refused = helpers.run_tool("create_pretraining_data.py", *args, "--num_shards=3",
                                f"--output_dir={tmp_path / 'other'}")
     assert "--num_shards" in helpers.one_line_error(refused)
@@ -203,3 +215,15 @@ def test_sigkill_leaves_no_manifest_and_the_rerun_starts_clean(tmp_path):
     assert sum(rows.values()) == manifest["num_examples"] > 0
     assert sorted(os.listdir(out)) == sorted(
         [writer.MANIFEST] + [s["file"] for s in manifest["shards"]])
+
+
+def test_tool_names_a_bad_file_met_by_a_worker_process(tmp_path):
+    vocab = helpers.write_vocab(str(tmp_path))
+    good = helpers.write_corpus(str(tmp_path), num_documents=5)
+    (tmp_path / "bad.txt.gz").write_bytes(b"not gzip at all\n")
+    result = helpers.run_tool(
+        "create_pretraining_data.py", f"--input={good},{tmp_path / 'bad.txt.gz'}",
+        f"--vocab_file={vocab.path}", f"--output_dir={tmp_path / 'out'}",
+        f"--beam_pipeline_options={TWO_WORKERS}")
+    assert "bad.txt.gz: cannot read line 1" in helpers.one_line_error(result)
+    assert os.listdir(tmp_path / "out") == []

@@ -604,3 +604,20 @@ def test_tfds_error_with_empty_message_is_a_corpus_error(monkeypatch, tmp_path):
     monkeypatch.setattr(tfds, "builder", builder)
     with pytest.raises(corpus.CorpusError, match="some_dataset"):
         corpus.open_corpus(tfds_name="some_dataset:train", tfds_data_dir=str(tmp_path))
+
+
+def test_ranges_that_tile_a_file_read_every_document_once_whole(tmp_path):
+    """Whatever the cut points: blank runs, whitespace-only and \\r\\n lines, bad UTF-8,
+    no final newline; the ranges' lines and counts are the whole file's."""
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"a b\nc\n\n\n d e \r\n\r\n  \n\xff\xfe\nf\n\xe3\x80\x80\ng h\n\ni")
+    whole_stats = corpus.CorpusStats()
+    whole = _documents(list(corpus.read_lines([str(path)], whole_stats)))
+    size = path.stat().st_size
+    for range_bytes in range(1, size + 2):
+        stats = corpus.CorpusStats()
+        parts = corpus.split_files([str(path)], range_bytes)
+        lines = [line for part in parts for line in corpus.read_range(part, stats)]
+        assert [d for d in _documents(lines) if d] == [d for d in whole if d], range_bytes
+        assert ((stats.bytes, stats.lines, stats.files, stats.invalid_utf8_lines) ==
+                (whole_stats.bytes, whole_stats.lines, 1, 1)), range_bytes
