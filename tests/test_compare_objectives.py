@@ -77,6 +77,14 @@ def test_the_adversarial_preset_is_joint_against_adversarial_at_the_same_steps(v
         ("joint", "joint", 100), ("adversarial", "adversarial", 100)]
 
 
+def test_a_frozen_generator_is_charged_its_forward_pass_only(vocab):
+    specs = ["trained:model.tie=none", "frozen:model.tie=none,train.generator=frozen"]
+    planned = {p.variant.name: p for p in variants.plan(_config(), vocab,
+                                                variants.expand(specs=specs))}
+    assert planned["frozen"].flops_per_step < planned["trained"].flops_per_step
+    assert planned["frozen"].steps > planned["trained"].steps
+
+
 def test_a_custom_variant_overrides_any_key_typed_as_its_field(vocab):
     config = _config()
     spec = ("wide_hot:model.generator_hidden_fraction=1,model.temperature=3,"

@@ -200,7 +200,7 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
     shape = model_config.shape(config)
     objective = model_config.objective_name(config)  # each objective's own passes
     model_flops = objectives.training_flops(shape, seq_len, num_predictions, vocab_size,
-                                           objective)
+                                           objective, model_config.generator_mode(config))
     seq_per_sec = headline["seq_per_sec"]
     achieved = seq_per_sec * model_flops
     replicas = strategy.num_replicas_in_sync

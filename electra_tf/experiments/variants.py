@@ -160,10 +160,11 @@ def expand(presets=(), specs=(), objective_names=()) -> list[Variant]:
 
 def flops_per_step(config, vocab_size: int, max_predictions: int) -> int:
     """Training FLOPs of one step of `config` (the batch): its objective's passes over
-    its resolved shape (`model/objectives`), so a wider generator costs more."""
+    its resolved shape (`model/objectives`), so a wider generator costs more and a
+    frozen one only its forward pass."""
     return config.train.batch_size * objectives.training_flops(
         model_config.shape(config), config.data.max_seq_length, max_predictions,
-        vocab_size, model_config.objective_name(config))
+        vocab_size, model_config.objective_name(config), model_config.generator_mode(config))
 
 
 @dataclasses.dataclass(frozen=True)
