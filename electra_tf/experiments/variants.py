@@ -39,6 +39,7 @@ from electra_tf import model_config
 from electra_tf.data import pipeline
 from electra_tf.model import objectives
 from electra_tf.training import algorithms
+from electra_tf.training import generator_init
 
 # A variant's name is its run's directory name.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -208,9 +209,17 @@ def plan(config, vocab, variants: list[Variant], budget: str | None = None,
         run = apply(config, variant)
         try:
             config_check.check(run)
-            resolved = model_config.resolve(run)
+            # What the run itself resolves first: the generator's shape from its
+            # generator_init, the generator mode, the temperature schedule.
+            resolved = model_config.resolve(generator_init.configure(run))
             objectives.get(model_config.objective_name(resolved))
-            algorithms.get(resolved)
+            model_config.generator_mode(resolved)
+            model_config.temperature_schedule(resolved)
+            if algorithms.get(resolved).name == "two_stage":
+                raise errors.UserError(
+                    "config.train.algorithm='two_stage' is not compared at equal FLOPs "
+                    "(its stages each cost less than a joint step, and this plan "
+                    "counts joint steps)")
         except errors.UserError as e:
             raise errors.UserError(f"--variant={variant.spec}: {e}") from None
         same = seen.setdefault(_identity(resolved), variant.name)

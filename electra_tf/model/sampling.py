@@ -112,8 +112,10 @@ def log_probability(logits: tf.Tensor, ids: tf.Tensor,
     if disallowed_ids is None:
         return chosen
     # The disallowed token's mass is taken out: log P(id) − log(1 − P(disallowed)).
-    removed = tf.exp(tf.gather(log_probs, tf.cast(disallowed_ids, tf.int32), batch_dims=2))
-    return chosen - tf.math.log(tf.maximum(1.0 - removed, 1e-12))
+    removed = tf.gather(log_probs, tf.cast(disallowed_ids, tf.int32), batch_dims=2)
+    # log(1 − P) as log(−expm1(log P)): exact where P is near 1, where 1 − P is not.
+    return chosen - tf.math.log(tf.maximum(-tf.math.expm1(removed), 1e-12))
+
 
 def _count_at_most(cdf, target, size):
     """How many CDF entries are <= target, capped at size - 1 (round-off at the top)."""

@@ -65,6 +65,11 @@ def configure(config) -> ml_collections.ConfigDict:
         return config
     config = ml_collections.ConfigDict(config.to_dict())
     config.model.generator_init = path = os.path.abspath(path)
+    if not objectives.get(model_config.objective_name(config)).uses_generator:
+        raise errors.UserError(
+            f"config.model.generator_init={path!r} with config.model.objective="
+            f"{model_config.objective_name(config)!r}: this objective has no generator to "
+            "start; use electra, electra_15 or replace_mlm")
     _, _, source = _source(path)
     what, size = _language_model(source)
     tie = model_config.shape(config).tie
@@ -128,9 +133,12 @@ def load(model, config, vocab: tokenizer.Vocab) -> None:
         raise errors.UserError(f"config.model.generator_init={path!r}: cannot restore "
                                f"{checkpoint} ({' '.join(str(e).split())[:300]})") from None
     targets, sources = model.language_model_variables(), source.language_model_variables()
-    for target, value in zip(targets, sources, strict=True):
-        assert target.shape == value.shape, (target.path, target.shape, value.path,
-                                             value.shape)
+    if len(targets) != len(sources) or any(t.shape != s.shape
+                                           for t, s in zip(targets, sources)):
+        raise errors.UserError(f"config.model.generator_init={path!r}: its language model's "
+                               f"weights ({len(sources)}) do not fit this run's generator "
+                               f"({len(targets)}); give a run of the same shape")
+    for target, value in zip(targets, sources):
         target.assign(tf.cast(value, target.dtype))
     logging.info("The generator starts from the %s of %s (%d weights)%s", what, checkpoint,
                  len(targets), "; the discriminator shares its embeddings"
