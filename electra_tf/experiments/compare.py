@@ -16,6 +16,7 @@ import random
 import time
 
 from electra_tf import errors
+from electra_tf import workdir as workdir_lib
 
 
 def swapped_words_task(text_file: str, directory: str, num_train: int, seed: int) -> str:
@@ -107,7 +108,7 @@ def run(planned, tuning, out: str, task_name: str, config, budget: str) -> list[
                                   os.path.join(out, "finetune", task_name, name))})
     wall = time.monotonic() - start
     metric = next(iter(rows[0]["finetuned"]), "accuracy") if rows else "accuracy"
-    with open(os.path.join(out, "results.json"), "w") as f:
+    with open(os.path.join(out, workdir_lib.RESULTS), "w") as f:
         json.dump({"rows": rows, "wall_seconds": wall, "task": task_name,
                    "budget_variant": budget, "budget_flops": next(
                        p.flops for p in planned if p.variant.name == budget),

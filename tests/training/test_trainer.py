@@ -121,7 +121,8 @@ def _optimized_hlo(trainer):
     counts = (tf.constant(1.0), tf.constant(1.0))
     seed = tf.constant([0, 0], tf.int64)
     return trainer._forward_backward.experimental_get_compiler_ir(  # pylint: disable=protected-access
-        batch, uniform, counts, seed, tf.constant(0), trainer.stage)(stage="optimized_hlo")
+        batch, uniform, counts, seed, tf.constant(0), trainer.stage,
+        trainer.temperature(tf.constant(0, tf.int64)))(stage="optimized_hlo")
 
 
 def _count(op, hlo):
