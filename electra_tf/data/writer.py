@@ -168,18 +168,13 @@ class Encoder:
 
     def encode(self, is_end, flat, splits):
         """One tokenized batch (see `_tokenized_batches`) → serialized examples [n]."""
-        return self.serialize(self.pack(is_end, flat, splits))
-
-    def pack(self, is_end, flat, splits):
-        """One tokenized batch → the examples it finishes, as `serialize` takes them."""
-        return self._packer.pack(is_end, flat, splits)
+        return self._records(self._packer.pack(is_end, flat, splits))
 
     def finish(self):
         """The last example, at the end of the corpus (or of a Beam element)."""
-        return self.serialize(self._packer.finish())
+        return self._records(self._packer.finish())
 
-    def serialize(self, packed):
-        """`pack`'s examples → serialized `tf.train.Example`s [n]."""
+    def _records(self, packed):
         if not packed[1]:
             return []
         return self._serialize(*(tf.constant(v, tf.int32) for v in packed)).numpy()
