@@ -24,7 +24,7 @@ _WORKDIR = flags.DEFINE_multi_string("workdir", None, "A pre-training run's --wo
 _OUTPUT = flags.DEFINE_string("output", None, "The PNG to write.", required=True)
 _TITLE = flags.DEFINE_string("title", None, "Figure title (default: the workdirs).")
 
-PANELS = (("loss", "loss (MLM + disc_weight · RTD)"), ("mlm_loss", "generator: MLM loss"),
+PANELS = (("loss", "loss (what each step optimised)"), ("mlm_loss", "generator: MLM loss"),
           ("rtd_loss", "discriminator: RTD loss"), ("disc_auc", "discriminator: AUC"))
 
 

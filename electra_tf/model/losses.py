@@ -84,7 +84,8 @@ def policy_gradient_loss(log_probs, rewards, baselines, weights, num_masked=None
     expected reward (its gradient in the logits is −(reward − baseline) · ∇ log p); reward
     and baseline are constants to it. The baseline loss, mean of (reward − baseline)², is
     a regression of the baseline on the reward and trains the baseline only.
-    `values`: `reward_tokens` and `baseline_token_losses`, `[B, P]`.
+    `values`: `reward_tokens`, `policy_token_losses` and `baseline_token_losses`,
+    `[B, P]`.
 
     >>> import tensorflow as tf
     >>> policy, baseline, _ = policy_gradient_loss(
@@ -99,8 +100,10 @@ def policy_gradient_loss(log_probs, rewards, baselines, weights, num_masked=None
     rewards = tf.stop_gradient(tf.cast(rewards, tf.float32))
     baselines = tf.cast(baselines, tf.float32)
     advantage = tf.stop_gradient(rewards - baselines)
-    policy = mean(-advantage * log_probs, weights, num_masked)
+    policy_tokens = -advantage * log_probs
+    policy = mean(policy_tokens, weights, num_masked)
     baseline_tokens = tf.square(rewards - baselines)
     baseline = mean(baseline_tokens, weights, num_masked)
     return policy, baseline, {"reward_tokens": rewards,
+                              "policy_token_losses": policy_tokens,
                               "baseline_token_losses": baseline_tokens}

@@ -5,11 +5,18 @@ replicas and steps. Which metrics there are is the objective's (`model/objective
 `Objective.names` and `metric_inputs`); for `electra`: `mlm_loss` and the MLM accuracies
 over masked positions, `rtd_loss` and the discriminator's metrics over real tokens,
 `replaced_fraction` = the share of real tokens the generator actually changed, and
-`loss` = mlm_loss + disc_weight · rtd_loss (`Objective.total`). The training algorithm
-adds its own (`metric_names`; adversarial: `reward`, `baseline_loss`).
+`objective_loss` = mlm_loss + disc_weight · rtd_loss (`Objective.total`).
+
+`loss` is what was optimised: in training, the mean over the steps of the scalar each
+step differentiated (the algorithm's stage's loss: `joint` the objective's total,
+`two_stage` the MLM loss, then disc_weight · RTD, `adversarial` policy + baseline +
+disc_weight · RTD); in evaluation, which differentiates nothing, the objective's total.
+The training algorithm adds its own (`metric_names`; adversarial: `policy_loss`,
+`reward`, `baseline_loss`).
 """
 
 import keras
+import tensorflow as tf
 
 from electra_tf.model import objectives
 
@@ -26,9 +33,10 @@ class PretrainingMetrics:
         from the values its `loss` adds: the training step's metrics only)."""
         self.objective = objectives.get(objective, disc_weight)
         self.algorithm = algorithm
-        self.names = self.objective.names + (algorithm.metric_names if algorithm else ())
+        self.names = (*self.objective.names, "objective_loss",
+                      *(algorithm.metric_names if algorithm else ()))
         self._means = {name: keras.metrics.Mean(name=name) for name in self.names
-                       if name != "loss" and name not in _DETECTION}
+                       if name not in ("objective_loss", *_DETECTION)}
         self._detection = [
             keras.metrics.Precision(thresholds=0.5, name="disc_precision"),
             keras.metrics.Recall(thresholds=0.5, name="disc_recall"),
@@ -50,6 +58,12 @@ class PretrainingMetrics:
         if grad_norm is not None:
             self.update_grad_norm(grad_norm)
 
+    def update_loss(self, loss):
+        """Adds one step's differentiated loss: this replica's share of it (its rows' part
+        of the global mean), all replicas' shares summing to the step's loss."""
+        replicas = tf.distribute.get_replica_context().num_replicas_in_sync
+        self._means["loss"].update_state(loss * replicas, sample_weight=1.0 / replicas)
+
     def update_grad_norm(self, grad_norm):
         """Adds one step's gradient norm (of the whole global batch)."""
         self._means["grad_norm"].update_state(grad_norm)
@@ -58,9 +72,11 @@ class PretrainingMetrics:
         out = {name: float(metric.result()) for name, metric in self._means.items()}
         for metric in self._detection:
             out[metric.name] = float(metric.result())
-        out["loss"] = self.objective.total(out)
+        out["objective_loss"] = self.objective.total(out)
         if not self._means["grad_norm"].count.numpy():
             del out["grad_norm"]  # evaluation
+        if not self._means["loss"].count.numpy():
+            out["loss"] = out["objective_loss"]  # evaluation: nothing differentiated
         return {name: out[name] for name in self.names if name in out}
 
     def reset(self):

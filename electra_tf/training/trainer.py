@@ -130,6 +130,7 @@ class Trainer:
         if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
             grad_norm /= tf.cast(optimizer.dynamic_scale, grad_norm.dtype)
         optimizer.apply_gradients(zip(grads, self.algorithm.variables(self.model, stage)))
+        self.train_metrics.update_loss(values["loss"])  # what TensorBoard calls `loss`
         self.train_metrics.update_grad_norm(grad_norm)
         finite = tf.math.is_finite(tf.stack([values[k] for k in self.objective.loss_names]
                                             + [tf.cast(grad_norm, tf.float32)]))
@@ -139,6 +140,8 @@ class Trainer:
     def gradients(self, batch, step, stage: str, metrics=None):
         """(gradients summed over replicas, loss values) of this replica's rows at `step`;
         each micro-batch's outputs go to `metrics` (a `PretrainingMetrics`) if given.
+        `values["loss"]` is this replica's share of the scalar the gradients are of (the
+        stage's loss, `algorithm.loss`), the replicas' shares summing to it.
 
         With `accumulation_steps` N > 1 the rows are N micro-batches, run one after the
         other, their gradients summed. Every micro-batch's loss is normalised by the
@@ -169,7 +172,7 @@ class Trainer:
                 return tf.reshape(t, [n, self.local_batch // n] + t.shape[1:].as_list())
             batches, uniforms = {k: split(t) for k, t in batch.items()}, split(uniform)
             grads = [tf.zeros(v.shape, v.dtype) for v in variables]
-            values = {k: tf.constant(0.0) for k in self.objective.loss_names}
+            values = {k: tf.constant(0.0) for k in ("loss", *self.objective.loss_names)}
             for micro in tf.range(n):
                 micro_batch = {k: t[micro] for k, t in batches.items()}
                 micro_grads, outputs, micro_values = self._forward_backward(
@@ -185,7 +188,8 @@ class Trainer:
     def _forward_backward_pass(self, batch, uniform, counts, dropout_seed, block, stage,
                                temperature):
         """forward → loss → gradients of one (micro-)batch: (gradients of the stage's
-        variables, the outputs the metrics read, loss values). `block`: which
+        variables, the outputs the metrics read, loss values with the differentiated
+        loss as `loss`). `block`: which
         `len(batch)`-row block of the global batch this is, for the dropout masks (the
         replica; with accumulation, replica · N + micro-batch); `temperature`: the
         step's sampling temperature (a scalar tensor)."""
@@ -199,6 +203,7 @@ class Trainer:
                 loss, values = self.objective.loss(outputs, batch, *counts)
                 loss, values = self.algorithm.loss(self.objective, loss, values, stage,
                                                    outputs, batch, counts[0])
+                values = {**values, "loss": loss}
                 # Keep only what the metrics read: never return [B, P, V] logits from XLA.
                 compact = self.objective.compact(outputs)
                 scaled = self.stage_optimizer(stage).scale_loss(loss)  # float16 scaling
@@ -357,8 +362,7 @@ class Trainer:
 
         def replica_fn(batch, step):
             grads, values = self.gradients(batch, step, stage)
-            loss = self.objective.total(values)
-            return loss, [tf.convert_to_tensor(g) for g in grads]
+            return values["loss"], [tf.convert_to_tensor(g) for g in grads]
 
         def run(dist_batch, step):
             loss, grads = self.strategy.run(replica_fn, args=(dist_batch, step))

@@ -49,8 +49,8 @@ def test_every_objective_runs_its_loss_and_metrics(name):
     m = metrics.PretrainingMetrics(objective=name)
     m.update(b, objective.compact(outputs), values)
     out = m.result()
-    assert list(out) == [n for n in objective.names if n != "grad_norm"]
-    assert out["loss"] == pytest.approx(float(loss), rel=1e-5)
+    assert list(out) == [*(n for n in objective.names if n != "grad_norm"), "objective_loss"]
+    assert out["loss"] == out["objective_loss"] == pytest.approx(float(loss), rel=1e-5)
     assert not any(k in objective.compact(outputs) for k in objective.vocab_logits)
 
 

@@ -104,7 +104,11 @@ def test_the_generators_gradient_is_the_policy_gradient(temperature):
     np.testing.assert_allclose(float(total), policy + (advantage**2).sum() / 2.0 + 50 * 0.25,
                                rtol=1e-5)
     metrics = adversarial.metric_inputs(batch, got)
-    assert set(metrics) == {"reward", "baseline_loss"}
+    assert set(metrics) == {"policy_loss", "reward", "baseline_loss"}
+    # policy_loss: the token-weighted mean of the policy's token losses is its scalar.
+    tokens, token_weights = metrics["policy_loss"]
+    np.testing.assert_allclose(float(tf.reduce_sum(tokens * token_weights) / 2.0), policy,
+                               rtol=1e-5)
 
 
 def test_the_log_probability_is_the_sampled_distributions():

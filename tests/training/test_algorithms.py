@@ -9,7 +9,10 @@ from configs import electra as electra_configs
 from electra_tf import errors
 from electra_tf import model_config
 from electra_tf.training import algorithms
+from electra_tf.training import distribute
 from electra_tf.training import optimizer as optimizer_lib
+from electra_tf.training import trainer as trainer_lib
+from tests.training import test_trainer
 
 
 def two_stage_config(**model):
@@ -139,3 +142,48 @@ def test_two_stage_discriminator_starts_a_fresh_adam():
         assert step_size >= 0.9 * lr, (k, step_size, lr)
     assert int(run.iterations.numpy()) == 20
     assert int(two_stage.discriminator_optimizer.iterations.numpy()) == 4
+
+
+@pytest.mark.parametrize("algorithm, step, accumulation_steps", [
+    ("joint", 0, 1), ("two_stage", 0, 1), ("two_stage", 1, 1), ("adversarial", 0, 1),
+    ("adversarial", 0, 2)])
+def test_the_reported_loss_is_what_the_tape_differentiated(monkeypatch, algorithm, step,
+                                                           accumulation_steps):
+    """TensorBoard's and the log's `loss` is the scalar the step's tape differentiated
+    (each micro-batch's share of it summed), in every algorithm and stage; the
+    objective's total is `objective_loss`."""
+    config = test_trainer._config(algorithm=algorithm, jit_compile=False, remat="none",
+                                  two_stage_generator_steps=1,
+                                  accumulation_steps=accumulation_steps)
+    config.model.generator_hidden_fraction = 1.0  # two_stage's equal shapes
+    strategy = distribute.get_strategy(config.runtime)
+    trainer = trainer_lib.Trainer(config, strategy, test_trainer.VOCAB, test_trainer.P)
+    data = tf.data.Dataset.from_tensors(
+        {k: tf.constant(v) for k, v in test_trainer._batch().items()}).repeat()
+    iterator = iter(strategy.experimental_distribute_dataset(data))
+    trainer.step.assign(step)
+    trainer.start_loop(step)
+    differentiated = []
+    gradient = tf.GradientTape.gradient
+
+    def recording(tape, target, sources, *args, **kwargs):
+        differentiated.append(float(target))
+        return gradient(tape, target, sources, *args, **kwargs)
+    monkeypatch.setattr(tf.GradientTape, "gradient", recording)
+    tf.config.run_functions_eagerly(True)  # the tape's target as a number
+    try:
+        trainer.train_loop(iterator, tf.constant(1))
+    finally:
+        tf.config.run_functions_eagerly(False)
+    out = trainer.train_metrics.result()
+    assert len(differentiated) == accumulation_steps
+    assert out["loss"] == pytest.approx(sum(differentiated), rel=1e-5)
+    objective = out["mlm_loss"] + 50.0 * out["rtd_loss"]
+    assert out["objective_loss"] == pytest.approx(objective, rel=1e-5)
+    expected = {"joint": objective,
+                "two_stage": out["mlm_loss"] if step == 0 else 50.0 * out["rtd_loss"],
+                "adversarial": out.get("policy_loss", 0.0) + out.get("baseline_loss", 0.0)
+                + 50.0 * out["rtd_loss"]}[algorithm]
+    assert out["loss"] == pytest.approx(expected, rel=1e-5)
+    if algorithm != "joint":  # the reported loss is not the objective's total
+        assert abs(out["loss"] - objective) > 1e-3 * objective

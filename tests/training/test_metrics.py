@@ -1,5 +1,7 @@
 """The pre-training metrics on hand-made tensors."""
 
+import types
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -30,10 +32,11 @@ def test_one_update():
     m = metrics.PretrainingMetrics(disc_weight=50.0)
     m.update(*make_step())
     out = m.result()
-    assert list(out) == [n for n in metrics.NAMES if n != "grad_norm"]  # no grad_norm: eval
+    # Evaluation: no grad_norm, and `loss` is the objective's total.
+    assert list(out) == [*(n for n in metrics.NAMES if n != "grad_norm"), "objective_loss"]
     assert out["mlm_loss"] == pytest.approx(2.0)              # (1 + 2 + 3) / 3
     assert out["rtd_loss"] == pytest.approx(8 / 6)            # (4 + 4) / 6 real tokens
-    assert out["loss"] == pytest.approx(2.0 + 50.0 * 8 / 6)
+    assert out["loss"] == out["objective_loss"] == pytest.approx(2.0 + 50.0 * 8 / 6)
     assert out["masked_lm_accuracy"] == pytest.approx(2 / 3)
     assert out["sampled_masked_lm_accuracy"] == pytest.approx(1 / 3)
     # Real tokens: row 0 all four, row 1 the first two.
@@ -71,7 +74,7 @@ def test_accumulates_token_weighted_and_resets():
     assert out["disc_recall"] == pytest.approx(3 / 4)
     assert out["replaced_fraction"] == pytest.approx(4 / 7)
     assert out["grad_norm"] == pytest.approx(3.0)
-    assert list(out) == list(metrics.NAMES)
+    assert list(out) == [*metrics.NAMES, "objective_loss"]
     m.reset()
     m.update(*make_step())
     again = m.result()
@@ -95,3 +98,16 @@ def test_works_in_a_tf_function():
     m = metrics.PretrainingMetrics(disc_weight=50.0)
     tf.function(m.update)(*make_step())
     assert m.result()["masked_lm_accuracy"] == pytest.approx(2 / 3)
+
+
+def test_training_reports_the_differentiated_loss_beside_the_objectives():
+    """With an algorithm (training), `loss` is the mean over steps of the loss each step
+    differentiated, whatever the objective's total (`objective_loss`) is."""
+    m = metrics.PretrainingMetrics(disc_weight=50.0, algorithm=types.SimpleNamespace(
+        metric_names=(), metric_inputs=lambda batch, values: {}))
+    for loss in (3.0, 5.0):
+        m.update(*make_step(), grad_norm=tf.constant(1.0))
+        m.update_loss(tf.constant(loss))
+    out = m.result()
+    assert out["loss"] == pytest.approx(4.0)
+    assert out["objective_loss"] == pytest.approx(2.0 + 50.0 * 8 / 6)

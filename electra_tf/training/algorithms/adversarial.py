@@ -29,9 +29,11 @@ Hyper-parameters (the paper gives none beyond the above; ours, chosen here):
 - config.train.adversarial_mlm_weight = 0: no MLM term (the paper's adversarial
   generator has none); the MLM loss and accuracy are still measured, not optimised.
 
-Metrics (training, TensorBoard): `reward` (the mean reward at masked positions, i.e. the
-discriminator's RTD loss there) and `baseline_loss`, beside the objective's own
-(`masked_lm_accuracy`: how good a language model the generator still is). The baseline
+Metrics (training, TensorBoard): `loss` (the total above, what the step differentiates),
+`policy_loss`, `reward` (the mean reward at masked positions, i.e. the discriminator's
+RTD loss there) and `baseline_loss`, beside the objective's own (`objective_loss`: MLM +
+disc_weight · RTD, not optimised here;
+`masked_lm_accuracy`: how good a language model the generator still is). The baseline
 is in the checkpoint (`baseline`), so a resumed run repeats an uninterrupted one; export
 takes the discriminator only.
 
@@ -62,7 +64,7 @@ class Adversarial(joint.Joint):
     discriminator by its RTD loss; a learned baseline by regression to the reward."""
 
     name = "adversarial"
-    metric_names = ("reward", "baseline_loss")
+    metric_names = ("policy_loss", "reward", "baseline_loss")
 
     def __init__(self, config):
         super().__init__(config)
@@ -114,7 +116,8 @@ class Adversarial(joint.Joint):
 
     def metric_inputs(self, batch, values):
         weights = tf.cast(batch["masked_lm_weights"], tf.float32)
-        return {"reward": (values["reward_tokens"], weights),
+        return {"policy_loss": (values["policy_token_losses"], weights),
+                "reward": (values["reward_tokens"], weights),
                 "baseline_loss": (values["baseline_token_losses"], weights)}
 
     def checkpoint_items(self):

@@ -33,7 +33,8 @@ class Joint:
         return model.trainable_variables
 
     def loss(self, objective, loss, values, stage: str, outputs, batch, num_masked):
-        """(the loss the step differentiates, values): `loss` and `values` are the
+        """(the loss the step differentiates, which the metrics report as `loss`,
+        values): `loss` and `values` are the
         objective's (`Objective.loss`) on `outputs` of `batch`, `num_masked` the global
         count of masked positions; the algorithm may add values of its own (for
         `metric_inputs`)."""
