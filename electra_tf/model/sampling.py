@@ -68,11 +68,8 @@ def sample(logits: tf.Tensor, uniform: tf.Tensor, temperature: float | tf.Tensor
     """
     batch, positions, vocab = logits.shape
     probs = tf.nn.softmax(tf.cast(logits, tf.float32) / temperature)   # [B, P, V]
-    if disallowed_ids is not None:
-        # Zero the original token's probability: a scatter, not a [B, P, V] one-hot.
-        b, p = tf.meshgrid(tf.range(batch), tf.range(positions), indexing="ij")
-        index = tf.stack([b, p, tf.cast(disallowed_ids, tf.int32)], axis=-1)  # [B, P, 3]
-        probs = tf.tensor_scatter_nd_update(probs, index, tf.zeros([batch, positions]))
+    if disallowed_ids is not None:  # the original token's probability zeroed
+        probs = _set_at(probs, disallowed_ids, 0.0)
 
     n = batch * positions
     num_blocks = -(-vocab // BLOCK)
@@ -107,14 +104,29 @@ def log_probability(logits: tf.Tensor, ids: tf.Tensor,
     ...                                    disallowed_ids=tf.constant([[1]])))[0, 0]), 4)
     0.7143
     """
-    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32) / temperature)   # [B, P, V]
-    chosen = tf.gather(log_probs, tf.cast(ids, tf.int32), batch_dims=2)     # [B, P]
+    ids = tf.cast(ids, tf.int32)
+    scaled = tf.cast(logits, tf.float32) / temperature                   # [B, P, V]
     if disallowed_ids is None:
-        return chosen
-    # The disallowed token's mass is taken out: log P(id) − log(1 − P(disallowed)).
-    removed = tf.gather(log_probs, tf.cast(disallowed_ids, tf.int32), batch_dims=2)
-    # log(1 − P) as log(−expm1(log P)): exact where P is near 1, where 1 − P is not.
-    return chosen - tf.math.log(tf.maximum(-tf.math.expm1(removed), 1e-12))
+        return tf.gather(tf.nn.log_softmax(scaled), ids, batch_dims=2)   # [B, P]
+    # The disallowed logit at −inf: the log-softmax of the others is the renormalised
+    # distribution, exact however sure the generator is of the disallowed id (log(1 − P)
+    # from a float32 P is 0 once P > 1 − 2⁻²⁴), and nothing reaches that logit, on which
+    # the draw does not depend.
+    scaled = _set_at(scaled, disallowed_ids, -float("inf"))
+    chosen = tf.gather(tf.nn.log_softmax(scaled), ids, batch_dims=2)     # [B, P]
+    # Drawing the disallowed id itself is impossible but where every other id has
+    # probability 0 (a padding slot's degenerate row): 0 there, never −inf (0 · −inf is
+    # NaN in a weighted mean).
+    return tf.where(ids == tf.cast(disallowed_ids, tf.int32), 0.0, chosen)
+
+
+def _set_at(values, ids, value):
+    """`values` `[B, P, V]` with `value` at each position's id of `ids` `[B, P]`: a
+    scatter, not a `[B, P, V]` one-hot."""
+    batch, positions, _ = values.shape
+    b, p = tf.meshgrid(tf.range(batch), tf.range(positions), indexing="ij")
+    index = tf.stack([b, p, tf.cast(ids, tf.int32)], axis=-1)              # [B, P, 3]
+    return tf.tensor_scatter_nd_update(values, index, tf.fill([batch, positions], value))
 
 
 def _count_at_most(cdf, target, size):

@@ -130,3 +130,33 @@ def test_replace_masked_writes_only_weighted_positions():
     np.testing.assert_array_equal(out, expected)
     assert out[0, 0] == 2 and out[1, 0] == 2   # padding predictions leave position 0 alone
 
+
+
+def test_log_probability_without_a_sure_generators_disallowed_id():
+    """A generator 25 logits sure of the original token (P above 1 − 2⁻²⁴, which float32
+    rounds to 1): the draw is uniform over the other 4 ids, so log p = log(1/4), and the
+    disallowed logit, on which the draw does not depend, gets no gradient."""
+    logits = tf.constant([[[25.0, 0.0, 0.0, 0.0, 0.0], [0.0, 25.0, 1.0, 0.0, 0.0]]])
+    ids, disallowed = tf.constant([[3, 2]]), tf.constant([[0, 1]])
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        log_p = sampling.log_probability(logits, ids, disallowed_ids=disallowed)
+    e = np.e
+    np.testing.assert_allclose(log_p.numpy(), [[np.log(1 / 4), np.log(e / (e + 3))]],
+                               rtol=1e-6)
+    grads = tape.gradient(log_p, logits).numpy()
+    assert grads[0, 0, 0] == 0.0 and grads[0, 1, 1] == 0.0
+    np.testing.assert_allclose(grads[0, 0], [0.0, -0.25, -0.25, 0.75, -0.25], atol=1e-6)
+    # At temperature 2 the renormalised softmax of logits / 2, as `sample` draws.
+    half = sampling.log_probability(logits, ids, 2.0, disallowed)
+    np.testing.assert_allclose(half.numpy()[0, 1], np.log(e**0.5 / (e**0.5 + 3)),
+                               rtol=1e-6)
+
+
+def test_log_probability_of_a_disallowed_draw_is_finite():
+    """A padding slot may draw its own disallowed id (every other id at probability 0):
+    0 there, never −inf, which a zero weight would turn into NaN."""
+    logits = tf.constant([[[0.0, -200.0], [0.0, 1.0]]])
+    log_p = sampling.log_probability(logits, tf.constant([[0, 1]]),
+                                     disallowed_ids=tf.constant([[0, 0]]))
+    assert log_p.numpy()[0, 0] == 0.0 and log_p.numpy()[0, 1] == 0.0
