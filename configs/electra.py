@@ -63,7 +63,8 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
                                               # 84.3 embeddings, 84.4 all, Sec. 3.2)
     config.model.tie_embeddings = True        # older spelling: False is tie=none
     config.model.objective = "electra"        # electra|electra_15|mlm|replace_mlm|
-                                              # all_tokens_mlm (model/objectives/); paper:
+                                              # all_tokens_mlm|electric (model/objectives/,
+                                              # docs/electric.md); paper:
                                               # electra (GLUE 85.0; Table 5: all_tokens_mlm
                                               # 84.3, replace_mlm 82.4, electra_15 82.4,
                                               # mlm = BERT 82.2)
@@ -126,11 +127,13 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
                                               # and under mirrored/multi-worker strategies)
     config.train.accumulation_steps = 1       # N micro-batches per step (gradient
                                               # accumulation): less memory, same result
-    config.train.remat = "selective"          # none|selective|blocks: what the backward
+    config.train.remat = "auto"               # auto|none|selective|blocks: what the backward
                                               # pass recomputes (less memory): selective,
                                               # the FFN's gelu, the attention core and
                                               # its output projection (model/remat.py);
-                                              # blocks, whole blocks
+                                              # blocks, whole blocks; auto: none on a
+                                              # GPU/TPU whose memory holds the step,
+                                              # else selective (always on CPUs)
 
     config.runtime = ml_collections.ConfigDict()
     config.runtime.strategy = "auto"          # auto|tpu|mirrored|multi_worker|one_device

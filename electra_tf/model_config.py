@@ -201,11 +201,13 @@ def pretrainer(config, vocabulary_size: int, dtype=None):
             f"{objective_name(config)!r}: gdes keeps a replaced-token detector's gradients "
             "out of the generator's table, but this objective's main model predicts tokens "
             "with that table; use tie=embeddings, or objective electra or electra_15")
+    objective(config)
     return pretrainer_lib.ElectraPretrainer(
         vocabulary_size, model_shape, temperature=model.temperature,
         disallow_correct=model.disallow_correct, dropout=model.dropout,
         objective=objective_name(config), dtype=dtype, name="electra",
-        generator_trainable=generator_mode(config) == "train")
+        generator_trainable=generator_mode(config) == "train",
+        mask_prob=config.data.mask_prob)
 
 
 GENERATOR_MODES = ("train", "frozen")
@@ -253,6 +255,18 @@ def temperature_schedule(config):
                                f"{', '.join(sampling.SCHEDULES)}")
     steps = int(model.get("temperature_steps", 0) or 0) or config.train.steps
     return sampling.TemperatureSchedule(kind, float(model.temperature), steps)
+
+
+def objective(config):
+    """The `Objective` of `config.model.objective`; a one-line `UserError` where it cannot
+    run with the config's tie or algorithm (`Objective.refusal`)."""
+    from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
+    chosen = objectives.get(objective_name(config))
+    refusal = chosen.refusal(shape(config).tie,
+                             config.get("train", {}).get("algorithm", "joint"))
+    if refusal:
+        raise errors.UserError(f"config.model.objective={objective_name(config)!r}: {refusal}")
+    return chosen
 
 
 def objective_name(config) -> str:

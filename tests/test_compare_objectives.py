@@ -43,6 +43,7 @@ def test_the_objectives_preset_is_every_objective_at_the_flops_of_electra(vocab)
     steps = _steps(planned)
     # No generator: more steps; the vocabulary at every position: fewer.
     assert steps["electra"] == 100 and steps["mlm"] > 100 > steps["all_tokens_mlm"]
+    assert steps["electric"] < 100  # two generator towers and a cloze head at every token
     budget = planned[0].flops
     for p in planned:
         assert p.config.model.objective == p.variant.name

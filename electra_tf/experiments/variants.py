@@ -212,7 +212,7 @@ def plan(config, vocab, variants: list[Variant], budget: str | None = None,
             # What the run itself resolves first: the generator's shape from its
             # generator_init, the generator mode, the temperature schedule.
             resolved = model_config.resolve(generator_init.configure(run))
-            objectives.get(model_config.objective_name(resolved))
+            model_config.objective(resolved)
             model_config.generator_mode(resolved)
             model_config.temperature_schedule(resolved)
             if algorithms.get(resolved).name == "two_stage":

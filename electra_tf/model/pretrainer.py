@@ -60,7 +60,7 @@ class ElectraPretrainer(keras.Model):
     def __init__(self, vocabulary_size: int, shape: sizes.ModelShape,
                  temperature: float = 1.0, disallow_correct: bool = False,
                  dropout: float = 0.1, objective: str = "electra",
-                 generator_trainable: bool = True, **kwargs):
+                 generator_trainable: bool = True, mask_prob: float = 0.15, **kwargs):
         super().__init__(**kwargs)
         if temperature <= 0:
             raise ValueError(f"`temperature` must be positive. Received: "
@@ -77,6 +77,7 @@ class ElectraPretrainer(keras.Model):
         self.dropout = dropout
         self.objective = objectives.get(objective)
         self.generator_trainable = generator_trainable
+        self.mask_prob = mask_prob  # the noise ratio of `electric`'s discriminator
 
         # === Layers ===
         def make_embeddings(size, name):
@@ -109,8 +110,11 @@ class ElectraPretrainer(keras.Model):
                 generator_embeddings = (
                     make_embeddings(shape.generator, "generator_embeddings")
                     if shape.tie == "none" else self.embeddings)
-                self.generator = make_encoder(generator_embeddings, shape.generator,
-                                              "generator")
+                # An objective may build its own (`electric`: two causal towers).
+                self.generator = self.objective.make_generator(self, generator_embeddings)
+                if self.generator is None:
+                    self.generator = make_encoder(generator_embeddings, shape.generator,
+                                                  "generator")
             self.generator_head = heads.masked_lm_head(self.generator.embeddings,
                                                        dtype=self.dtype_policy)
         self.discriminator = discriminator
@@ -156,19 +160,33 @@ class ElectraPretrainer(keras.Model):
         `sampled_ids` [B, P], `corrupted_ids` [B, S] (the masked input with the samples
         in place), `is_replaced` [B, S], `generator_hidden` [B, P, Hg] (its last layer at
         the masked positions) and `temperature` (a float32 scalar)."""
-        input_ids = batch["input_ids"]
-        padding_mask = batch["input_mask"]
-
-        # Generator: MLM at the masked positions only (never over all S tokens). A frozen
-        # one is a fixed language model: no dropout.
-        with self._seeded(dropout_seed, replica, salt=1):
-            generated = self.generator({"token_ids": batch["masked_input_ids"],
-                                        "segment_ids": batch["segment_ids"],
-                                        "padding_mask": padding_mask},
-                                       training=training and self.generator_trainable)
+        # Generator: MLM at the masked positions only (never over all S tokens).
+        generated = self.generator_pass(batch["masked_input_ids"], batch, training,
+                                        dropout_seed, replica)
         mlm_logits = tf.cast(self.generator_head(
             generated, mask_positions=batch["masked_lm_positions"]), tf.float32)  # [B, P, V]
+        # The generator's states at the masked positions: the adversarial algorithm's
+        # baseline reads them (unused otherwise, and then pruned from the graph).
+        hidden = tf.gather(generated, tf.cast(batch["masked_lm_positions"], tf.int32),
+                           batch_dims=1)                                        # [B, P, Hg]
+        return {"mlm_logits": mlm_logits, "generator_hidden": hidden,
+                **self.sample(batch, mlm_logits, uniform, temperature)}
 
+    def generator_pass(self, token_ids, batch, training, dropout_seed=None, replica=0):
+        """The generator's encoder over `token_ids` [B, S] with the batch's segments and
+        padding. A frozen one is a fixed language model: no dropout."""
+        with self._seeded(dropout_seed, replica, salt=1):
+            return self.generator({"token_ids": token_ids,
+                                   "segment_ids": batch["segment_ids"],
+                                   "padding_mask": batch["input_mask"]},
+                                  training=training and self.generator_trainable)
+
+    def sample(self, batch, mlm_logits, uniform, temperature) -> dict:
+        """Samples of `mlm_logits` [B, P, V] at `temperature` put in place of the masked
+        positions: `sampled_ids` [B, P], `corrupted_ids` [B, S], `is_replaced` [B, S] and
+        `temperature` (a float32 scalar)."""
+        input_ids = batch["input_ids"]
+        padding_mask = batch["input_mask"]
         # Sampling. The discriminator's loss must not train the generator (the paper
         # trains it by MLM only, and sampling is not differentiable anyway): stop here.
         # (The adversarial algorithm differentiates log p of the samples, not them.)
@@ -184,13 +202,8 @@ class ElectraPretrainer(keras.Model):
         # A sample equal to the original token counts as original.
         is_replaced = tf.cast(tf.not_equal(corrupted_ids, tf.cast(input_ids, corrupted_ids.dtype)),
                               tf.float32) * tf.cast(padding_mask, tf.float32)    # [B, S]
-        # The generator's states at the masked positions: the adversarial algorithm's
-        # baseline reads them (unused otherwise, and then pruned from the graph).
-        hidden = tf.gather(generated, tf.cast(batch["masked_lm_positions"], tf.int32),
-                           batch_dims=1)                                        # [B, P, Hg]
-        return {"mlm_logits": mlm_logits, "sampled_ids": sampled_ids,
-                "corrupted_ids": corrupted_ids, "is_replaced": is_replaced,
-                "generator_hidden": hidden, "temperature": temperature}
+        return {"sampled_ids": sampled_ids, "corrupted_ids": corrupted_ids,
+                "is_replaced": is_replaced, "temperature": temperature}
 
     def encode(self, token_ids, batch, training, dropout_seed=None, replica=0):
         """The main encoder's (`discriminator`'s) pass over `token_ids` [B, S] with the
@@ -242,6 +255,7 @@ class ElectraPretrainer(keras.Model):
             "dropout": self.dropout,
             "objective": self.objective.name,
             "generator_trainable": self.generator_trainable,
+            "mask_prob": self.mask_prob,
         })
         return config
 

@@ -9,14 +9,14 @@ answered in `electra_15.py`. Adding one is a new module and a row here.
 >>> small = sizes.ModelShape(sizes.SIZES["small"],
 ...                          sizes.generator_size(sizes.SIZES["small"], 0.25))
 >>> [round(training_flops(small, 128, 19, 30522, name) / 1e9, 2) for name in
-...  ("electra", "mlm", "replace_mlm", "all_tokens_mlm")]
-[8.98, 8.33, 9.38, 11.96]
+...  ("electra", "mlm", "replace_mlm", "all_tokens_mlm", "electric")]
+[8.98, 8.33, 9.38, 11.96, 12.16]
 >>> round(training_flops(small, 128, 19, 30522, generator="frozen") / 1e9, 2)  # no backward
 8.28
 >>> get("bert")
 Traceback (most recent call last):
 ...
-electra_tf.errors.UserError: config.model.objective='bert': choose one of electra, electra_15, mlm, replace_mlm, all_tokens_mlm
+electra_tf.errors.UserError: config.model.objective='bert': choose one of electra, electra_15, mlm, replace_mlm, all_tokens_mlm, electric
 """
 
 from electra_tf import errors
@@ -25,11 +25,13 @@ from electra_tf.model.objectives import all_tokens_mlm
 from electra_tf.model.objectives import base
 from electra_tf.model.objectives import electra
 from electra_tf.model.objectives import electra_15
+from electra_tf.model.objectives import electric
 from electra_tf.model.objectives import mlm
 from electra_tf.model.objectives import replace_mlm
 
 OBJECTIVES = {cls.name: cls for cls in (electra.Electra, electra_15.Electra15, mlm.MLM,
-                                        replace_mlm.ReplaceMLM, all_tokens_mlm.AllTokensMLM)}
+                                        replace_mlm.ReplaceMLM, all_tokens_mlm.AllTokensMLM,
+                                        electric.Electric)}
 
 
 def get(name: str, disc_weight: float = 50.0) -> base.Objective:

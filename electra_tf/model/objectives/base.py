@@ -35,6 +35,18 @@ class Objective:
         self.disc_weight = disc_weight
 
     # === Model ===
+    def refusal(self, tie: str, algorithm: str) -> str | None:
+        """Why this objective cannot run with `config.model.tie` and
+        `config.train.algorithm` (a clause of a one-line error), or None."""
+        del tie, algorithm
+        return None
+
+    def make_generator(self, model, embeddings):
+        """The generator encoder on `embeddings`, or None for the pre-trainer's own
+        (one encoder of `model.shape.generator`)."""
+        del model, embeddings
+        return None
+
     def make_head(self, model):
         """The head on the main (discriminator-shaped) encoder of `model`."""
         raise NotImplementedError
@@ -79,6 +91,14 @@ class Objective:
     def serve(self, model, sequence, input_mask) -> dict:
         """The head's serving outputs for the main encoder's `sequence` [B, S, H]."""
         raise NotImplementedError
+
+    def token_scores(self, model, sequence):
+        """How well each token fits its context, [B, S] float32, read from one pass of
+        the main encoder (`sequence` [B, S, H]); a text's score is their sum over its
+        real tokens (the `score` signature, tools/score_text.py). None: this objective's
+        model needs one pass per token (the pseudo-log-likelihood of an MLM)."""
+        del model, sequence
+        return None
 
     def training_flops(self, shape, seq_len: int, num_predictions: int,
                        vocab_size: int, frozen_generator: bool = False) -> int:

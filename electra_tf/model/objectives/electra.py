@@ -69,6 +69,10 @@ class Electra(base.Objective):
         probability = tf.sigmoid(tf.cast(model.discriminator_head(sequence), tf.float32))
         return {"replaced_probability": probability * tf.cast(input_mask, tf.float32)}
 
+    def token_scores(self, model, sequence):
+        """log P(original) = log(1 − sigmoid(logit)), stably."""
+        return tf.math.log_sigmoid(-tf.cast(model.discriminator_head(sequence), tf.float32))
+
     def training_flops(self, shape, seq_len, num_predictions, vocab_size,
                        frozen_generator=False):
         d = shape.discriminator

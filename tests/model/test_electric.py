@@ -1,0 +1,123 @@
+"""ELECTRIC (`model/objectives/electric.py`): the two-tower cloze generator never reads the
+token it predicts, every sampled position is noise, the discriminator's logit is its
+energy + log q + log(p / (1 − p)), and the noise term carries no gradient."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from configs import electra as electra_configs
+from electra_tf import compat
+from electra_tf import errors
+from electra_tf import model_config
+from electra_tf.model import flops
+from electra_tf.model import objectives
+from electra_tf.model.objectives import electric
+from tests.model import test_objectives
+
+V, S, P = test_objectives.V, test_objectives.S, test_objectives.P
+
+
+@pytest.fixture(scope="module")
+def model():
+    return test_objectives.build("electric")
+
+
+def _uniform():
+    return np.full((2, P), 0.5, "float32")
+
+
+def test_the_towers_never_read_the_token_they_predict(model):
+    b = test_objectives.batch()
+    before = model(b, uniform=_uniform(), training=False)["cloze_logits"].numpy()
+    t = 3
+    changed = dict(b, input_ids=b["input_ids"].copy())
+    changed["input_ids"][:, t] = (changed["input_ids"][:, t] + 7) % (V - 5) + 5
+    after = model(changed, uniform=_uniform(), training=False)["cloze_logits"].numpy()
+    np.testing.assert_array_equal(after[:, t], before[:, t])  # q at t: not moved at all
+    for neighbour in (t - 1, t + 1):  # the positions that read token t did move
+        assert np.abs(after[:, neighbour] - before[:, neighbour]).max() > 1e-4
+
+
+def test_every_sampled_position_is_noise_even_where_the_sample_is_the_original(model):
+    b = test_objectives.batch()
+    favourite = 9
+    b["input_ids"][b["input_ids"] == favourite] = 10
+    for row in range(2):
+        for position, weight in zip(b["masked_lm_positions"][row], b["masked_lm_weights"][row]):
+            if weight:
+                b["input_ids"][row, position] = favourite
+    b["masked_lm_ids"] = np.take_along_axis(b["input_ids"], b["masked_lm_positions"], 1)
+    b["masked_input_ids"] = np.where(b["masked_input_ids"] == 4, 4, b["input_ids"])
+    bias = compat.masked_lm_head_parts(model.generator_head).bias
+    saved = bias.numpy()
+    bias.assign(np.where(np.arange(V) == favourite, 100.0, 0.0).astype("float32"))
+    try:
+        outputs = model(b, uniform=_uniform(), training=False)
+    finally:
+        bias.assign(saved)
+    weights = b["masked_lm_weights"] > 0
+    np.testing.assert_array_equal(outputs["sampled_ids"].numpy()[weights], favourite)
+    np.testing.assert_array_equal(outputs["corrupted_ids"].numpy(), b["input_ids"])
+    expected = np.zeros((2, S), "float32")
+    for row in range(2):
+        expected[row, b["masked_lm_positions"][row][weights[row]]] = 1.0
+    np.testing.assert_array_equal(outputs["is_replaced"].numpy(), expected)
+
+
+def test_discriminator_logits_are_energy_plus_log_q_plus_prior_odds(model):
+    b = test_objectives.batch()
+    outputs = model(b, uniform=_uniform(), training=False)
+    corrupted = outputs["corrupted_ids"]
+    sequence = model.discriminator({"token_ids": corrupted, "segment_ids": b["segment_ids"],
+                                    "padding_mask": b["input_mask"]}, training=False)
+    energies = model.discriminator_head(sequence).numpy()
+    log_q = np.take_along_axis(tf.nn.log_softmax(outputs["cloze_logits"]).numpy(),
+                               corrupted.numpy()[..., None], -1)[..., 0]
+    np.testing.assert_allclose(outputs["disc_logits"].numpy(),
+                               energies + log_q + math.log(0.15 / 0.85), rtol=1e-5, atol=1e-5)
+
+
+def test_the_discriminator_loss_never_trains_the_towers(model):
+    b = test_objectives.batch()
+    towers = [v for tower in (model.generator.ltr, model.generator.rtl)
+              for block in tower.blocks for v in block.trainable_variables]
+    with tf.GradientTape() as tape:
+        outputs = model(b, uniform=_uniform(), training=True)
+        _, values = model.objective.loss(outputs, b)
+    grads = tape.gradient(values["rtd_loss"], towers + model.discriminator.trainable_variables)
+    assert all(g is None for g in grads[:len(towers)])
+    assert all(g is not None for g in grads[len(towers):])
+
+
+def test_the_cloze_loss_counts_the_real_tokens_but_cls_and_each_sep():
+    b = {"input_mask": np.array([[1, 1, 1, 1, 1, 1, 0, 0], [1] * 8]),
+         "segment_ids": np.array([[0, 0, 0, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0]])}
+    np.testing.assert_array_equal(electric.candidates(b).numpy(),
+                                  [[0, 1, 0, 1, 1, 0, 0, 0], [0, 1, 1, 1, 1, 1, 1, 0]])
+
+
+def test_tie_all_and_other_algorithms_are_refused_in_one_line():
+    config = electra_configs.get_config("tiny")
+    config.model.objective = "electric"
+    config.model.tie = "all"
+    with pytest.raises(errors.UserError, match=r"objective='electric': config.model.tie='all'"):
+        model_config.pretrainer(config, V)
+    config.model.tie = "embeddings"
+    config.train.algorithm = "two_stage"
+    with pytest.raises(errors.UserError, match=r"algorithm='two_stage'.*use algorithm joint"):
+        model_config.pretrainer(config, V)
+
+
+def test_flops_count_two_towers_and_the_cloze_head_at_every_position():
+    shape, seq = test_objectives.SHAPE, 128
+    g, d = shape.generator, shape.discriminator
+    joined = flops.mlm_head_flops(g, seq, 1000) + seq * 2 * g.hidden_size * g.embedding_size
+    forward = 2 * flops.encoder_flops(g, seq) + joined
+    discriminator = 3 * (flops.encoder_flops(d, seq) + flops.rtd_head_flops(d, seq))
+    assert objectives.training_flops(shape, seq, 19, 1000, "electric") == \
+        discriminator + 3 * forward
+    assert objectives.training_flops(shape, seq, 19, 1000, "electric", "frozen") == \
+        discriminator + forward
