@@ -110,7 +110,7 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
                                               # initialised from it, trains alone (RTD);
                                               # 0: half of steps (paper: n steps each);
                                               # needs the generator of the
-                                              # discriminator's shape
+                                              # discriminator's shape and tie=none
     config.train.generator = "train"          # train|frozen (no gradients, no optimizer
                                               # state; needs tie=none); paper: train;
                                               # Fast-ELECTRA: frozen

@@ -5,13 +5,14 @@
     python -m electra_tf.finetune --config=configs/finetune.py:squad2 --workdir=/tmp/sq2 \
         --config.init_checkpoint=/tmp/electra_small --config.data.dir=/data/squad
 
-TASK is a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte) or squad1, squad2
-(electra_tf/finetuning/tasks.py). The learning rate and the layer-wise decay come from the
-pre-trained model (0 below): its size preset's, or for a custom shape values between the
-presets' by its width and depth (electra_tf/finetuning/hparams.py); SIZE (tiny, small,
-base, large) sets a preset's instead. The other defaults are the original ELECTRA's for
+TASK is a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte), squad1, squad2, or a
+CoNLL-format tagging set: conll2003 (NER), conll2000 (chunking), tagging (any other; see
+docs/tagging.md) (electra_tf/finetuning/tasks.py). The learning rate and the layer-wise
+decay come from the pre-trained model (0 below): its size preset's, or for a custom shape
+values between the presets' by its width and depth (electra_tf/finetuning/hparams.py);
+SIZE (tiny, small, base, large) sets a preset's instead. The other defaults are the original ELECTRA's for
 the task (its configure_finetuning.py); the task adds its own fields (glue/task.py,
-squad/task.py say what each is). Any field can be overridden with
+squad/task.py, tagging/task.py say what each is). Any field can be overridden with
 `--config.SECTION.KEY=VALUE`.
 """
 
@@ -43,9 +44,11 @@ def get_config(arg: str = "mrpc") -> ml_collections.ConfigDict:
 
     config.data = ml_collections.ConfigDict()
     config.data.dir = ""                  # the task's files: GLUE's TSVs (train.tsv, dev*.tsv),
-    #                                       SQuAD's JSON (train-v1.1.json, dev-v1.1.json, ...)
+    #                                       SQuAD's JSON (train-v1.1.json, dev-v1.1.json, ...),
+    #                                       CoNLL files (train.txt, dev.txt, test.txt[.gz])
     config.data.tfds_data_dir = ""        # else TFDS (glue/<task>, squad), prepared in this dir
-    config.data.max_seq_length = schedule.max_seq_length  # original: 128 (SQuAD 512)
+    config.data.max_seq_length = schedule.max_seq_length  # original: 128 (SQuAD 512,
+    #                                       chunking 256)
     config.data.on_bad = "error"          # error|skip: bad rows (questions) stop the run or count
 
     config.model = ml_collections.ConfigDict()

@@ -392,6 +392,7 @@ for precision, algorithm in (("float32", "joint"), ("float16", "joint"),
         config.train.algorithm, config.train.two_stage_generator_steps = algorithm, 3
         config.train.accumulation_steps = 2
         config.model.generator_hidden_fraction = 1.0  # its generator becomes the discriminator
+        config.model.tie = "none"  # and is frozen: its own embeddings
     config.runtime.strategy = "one_device"
     strategy = distribute.get_strategy(config.runtime)
     examples = synthetic.synthetic_examples(4, 32, 5, 40)

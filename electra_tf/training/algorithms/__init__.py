@@ -25,6 +25,7 @@ adversarial's baseline) is in the checkpoint (`checkpoint_items`), checked at re
 >>> config.train.algorithm = "two_stage"
 >>> config.train.two_stage_generator_steps = 100
 >>> config.model.generator_hidden_fraction = 1.0
+>>> config.model.tie = "none"  # the generator is frozen in stage 2: its own embeddings
 >>> two_stage = get(config)
 >>> two_stage.stage(99), two_stage.stage(100), two_stage.next_boundary(40)
 ('generator', 'discriminator', 100)
@@ -35,7 +36,7 @@ True
 >>> get(config)
 Traceback (most recent call last):
 ...
-electra_tf.errors.UserError: config.train.algorithm='two_stage' initialises the discriminator from the generator, so their shapes must be equal: config.model.generator_hidden_size=32 (config.model.hidden_size=64), config.model.generator_num_heads=1 (config.model.num_heads=2), config.model.generator_intermediate_size=128 (config.model.intermediate_size=256); e.g. set config.model.generator_hidden_fraction=1.0
+electra_tf.errors.UserError: config.train.algorithm='two_stage' initialises the discriminator from the generator, so their shapes must be equal: config.model.generator_hidden_size=32 (config.model.hidden_size=64), config.model.generator_num_heads=1 (config.model.num_heads=2), config.model.generator_intermediate_size=128 (config.model.intermediate_size=256), config.model.generator_embedding_size=32 (config.model.embedding_size=64); e.g. set config.model.generator_hidden_fraction=1.0
 """
 
 from electra_tf import errors

@@ -7,15 +7,24 @@ paper's Section 3.2 "two-stage" training: it did not help, GLUE −0.6 in their 
     steps [N, steps)  the discriminator alone, by disc_weight · RTD
 
 N = config.train.two_stage_generator_steps; 0 (the default): half of config.train.steps,
-each stage trained for the same number of steps, as the paper does. Frozen in stage 2:
-the generator's encoder layers and MLM head, and under tie=none its own embeddings; under
-tie=embeddings the shared embeddings (token, position, segment tables and their
-LayerNorm) are the discriminator's and keep training, so the generator's inputs and its
-tied output projection change. Stage 2 is a fresh optimisation of the discriminator: its
-own optimizer (zero moments, its own update count for Adam's bias correction) and its own
-schedule, warm-up then linear decay to 0 over the steps − N after the switch; stage 1
-uses the run's optimizer and schedule (over all steps). The switch step and the
-discriminator's optimizer are in the checkpoint; the switch step is checked at restore.
+each stage trained for the same number of steps, as the paper does.
+
+Stage 2's generator is the paper's: frozen, a fixed language model. None of its
+variables trains (its encoder, MLM head and its own embeddings: two_stage needs
+config.model.tie=none, since under tie=embeddings the discriminator would train the
+embeddings they share, and the generator's inputs and tied output projection with them)
+and it runs without dropout, as config.train.generator=frozen's does.
+
+The learning rate per stage:
+    stage 1  the run's optimizer and schedule: warm-up over config.train.warmup_steps,
+             then linear decay to 0 at config.train.steps (not at N: at the default
+             switch, half the run, the generator ends at about half the peak rate)
+    stage 2  a fresh optimisation of the discriminator: its own optimizer (zero moments,
+             its own update count for Adam's bias correction) and its own schedule,
+             warm-up over config.train.warmup_steps, then linear decay to 0 over the
+             steps − N after the switch
+The switch step and the discriminator's optimizer are in the checkpoint; the switch step
+is checked at restore.
 """
 
 import dataclasses
@@ -51,26 +60,27 @@ class TwoStage(joint.Joint):
         joint.require_discriminator(config, "trains ELECTRA's generator, then its "
                                     "discriminator")
         shape = model_config.shape(config)
-        if shape.tie not in ("none", "embeddings"):
+        if shape.tie != "none":
             raise errors.UserError(
                 f"config.model.tie={shape.tie!r}: config.train.algorithm='two_stage' copies "
-                "the generator's encoder into the discriminator's and freezes it (tie=all "
-                "makes them one encoder, gdes gives them different embeddings); use "
-                "tie=embeddings or none")
+                "the generator into the discriminator and freezes it, which needs "
+                "embeddings of its own (the discriminator trains shared ones; tie=all "
+                "makes them one encoder); use tie=none")
         if shape.generator != shape.discriminator:
             g, d = shape.generator, shape.discriminator
             differ = [f"config.model.generator_{f.name}={getattr(g, f.name)} (config.model."
                       f"{f.name}={getattr(d, f.name)})" for f in dataclasses.fields(g)
                       if getattr(g, f.name) != getattr(d, f.name)]
             hint = "config.model.generator_hidden_fraction=1.0"
-            if g.embedding_size != d.embedding_size:  # tie=none: the generator's own
+            if (g.embedding_size != d.embedding_size  # set apart from its hidden size
+                    and config.model.get("generator_embedding_size", 0)):
                 hint += f" and config.model.generator_embedding_size={d.embedding_size}"
             raise errors.UserError(
                 "config.train.algorithm='two_stage' initialises the discriminator from the "
                 "generator, so their shapes must be equal: " + ", ".join(differ)
                 + f"; e.g. set {hint}")
         self.switch = steps
-        self.tie = shape.tie
+        self.total_steps = config.train.steps
         # In the checkpoint: a resume with another switch step is refused at restore.
         self.switch_step = tf.Variable(steps, dtype=tf.int64, trainable=False,
                                        name="switch_step")
@@ -82,9 +92,8 @@ class TwoStage(joint.Joint):
         return self.switch if step < self.switch else float("inf")
 
     def variables(self, model, stage):
-        # Generator: its encoder (with its embeddings: the shared table under
-        # tie=embeddings) and MLM head. Discriminator: the embeddings, its encoder and
-        # RTD head. Only these are updated (no weight decay, no momentum elsewhere).
+        # Generator: its encoder (with its own embeddings) and MLM head. Discriminator:
+        # its embeddings, encoder and RTD head. Only these are updated (no weight decay, no momentum elsewhere).
         variables = (model.generator_variables() if stage == "generator" else
                      model.discriminator_variables())
         return [v for v in variables if v.trainable]
@@ -96,20 +105,24 @@ class TwoStage(joint.Joint):
         return objective.disc_weight * values["rtd_loss"], values
 
     def begin(self, model, step):
+        # Stage 2's generator is a fixed language model: no dropout (`generator_pass`),
+        # set before the stage's step is traced, whether the run starts, switches or
+        # resumes here.
+        model.generator_trainable = step < self.switch
         if step != self.switch:
             return
-        # The discriminator's encoder takes the generator's weights: the same layers in
-        # the same order (equal shapes); under tie=embeddings the table is already one.
+        # The discriminator's encoder (embeddings included) takes the generator's
+        # weights: the same layers in the same order (equal shapes).
         for target, source in zip(model.discriminator.weights, model.generator.weights,
                                   strict=True):
             assert target.shape == source.shape, (target.path, target.shape, source.path,
                                                   source.shape)
             target.assign(source)
         logging.info("two_stage: step %d: the discriminator starts from the generator's "
-                     "weights and trains alone from here; frozen: the generator's encoder "
-                     "layers and MLM head%s", step,
-                     " (its own embeddings too)" if self.tie == "none" else
-                     " (the shared embeddings keep training with the discriminator)")
+                     "weights and trains alone from here, on its own learning-rate "
+                     "schedule over the last %d steps; the generator is frozen (its "
+                     "encoder, MLM head and embeddings) and runs without dropout", step,
+                     max(self.total_steps - step, 1))
 
     def build(self, train_config, model, dtype_policy):
         # Stage 2 starts a fresh optimisation of the discriminator: with the run's

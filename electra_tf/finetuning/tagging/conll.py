@@ -1,0 +1,232 @@
+"""CoNLL-format tagged sentences, and the tag schemes: IOB1, IOB2 (BIO) and BIOES.
+
+A file holds one word per line with its columns ("EU NNP B-NP B-ORG"), the tag in the
+last column, a blank line between sentences; `-DOCSTART-` lines are skipped. UTF-8, plain
+or gzipped (`.gz`). Every tag is `O` or PREFIX-TYPE, PREFIX one of the scheme's (B, I;
+BIOES adds E, S).
+
+Tags ⇄ spans: `spans` reads any scheme leniently, by conlleval's chunk rules (a chunk
+starts at B or S, at I or E after O or another type; it ends before B, S or O, after E or
+S, at a change of type), so IOB1 and IOB2 files read alike. `tags` writes spans in a
+scheme. A sentence is valid in a scheme (`first_invalid`, strict mode) when its tags are
+the scheme's own writing of their spans: IOB2's I-X after O, or IOB1's B-X not between
+two X chunks, is not.
+
+>>> tags_ = ["B-PER", "I-PER", "O", "I-LOC", "B-LOC"]
+>>> [(s.type, s.start, s.end) for s in spans(tags_)]
+[('PER', 0, 2), ('LOC', 3, 4), ('LOC', 4, 5)]
+>>> tags(spans(tags_), 5, "iob1")
+['I-PER', 'I-PER', 'O', 'I-LOC', 'B-LOC']
+>>> tags(spans(tags_), 5, "bioes")
+['B-PER', 'E-PER', 'O', 'S-LOC', 'S-LOC']
+>>> first_invalid(tags_, "iob2")  # I-LOC after O
+3
+"""
+
+import dataclasses
+import gzip
+import io
+import os
+
+import tensorflow as tf
+
+from electra_tf import errors
+
+SCHEMES = ("iob1", "iob2", "bioes")
+PREFIXES = {"iob1": ("B", "I"), "iob2": ("B", "I"), "bioes": ("B", "I", "E", "S")}
+# Each split's file names in config.data.dir, first found wins (each also as NAME.gz):
+# the original ELECTRA's, then CoNLL-2003's distributions (valid.txt; eng.testa/b).
+FILES = {"train": ("train.txt", "eng.train"),
+         "validation": ("dev.txt", "valid.txt", "eng.testa"),
+         "test": ("test.txt", "eng.testb")}
+
+
+class TaggingDataError(errors.UserError):
+    """Tagged data that cannot be used: the message names the file and the line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    type: str
+    start: int     # words [start, end)
+    end: int
+
+
+def split_tag(tag: str) -> tuple[str, str]:
+    """("B", "PER") of "B-PER"; ("O", "") of "O"."""
+    if tag == "O":
+        return "O", ""
+    prefix, _, kind = tag.partition("-")
+    return prefix, kind
+
+
+def spans(tag_list) -> list[Span]:
+    """The chunks of a tag sequence of any scheme, by conlleval's rules (module docstring)."""
+    found, start = [], None
+    prev_prefix, prev_kind = "O", ""
+    for i, tag in enumerate(list(tag_list) + ["O"]):
+        prefix, kind = split_tag(tag)
+        ends = prev_prefix in ("E", "S") or (
+            prev_prefix in ("B", "I") and prefix in ("B", "S", "O")) or (
+            prev_prefix != "O" and prev_kind != kind)
+        starts = prefix in ("B", "S") or (
+            prefix in ("I", "E") and prev_prefix in ("E", "S", "O")) or (
+            prefix != "O" and prev_kind != kind)
+        if ends and start is not None:
+            found.append(Span(prev_kind, start, i))
+            start = None
+        if starts:
+            start = i
+        prev_prefix, prev_kind = prefix, kind
+    return found
+
+
+def tags(span_list, length: int, scheme: str) -> list[str]:
+    """`length` tags writing `span_list` (non-overlapping) in `scheme`."""
+    out = ["O"] * length
+    previous_end, previous_type = -1, None
+    for span in sorted(span_list, key=lambda s: s.start):
+        n = span.end - span.start
+        if scheme == "bioes":
+            names = ["S"] if n == 1 else ["B"] + ["I"] * (n - 2) + ["E"]
+        elif scheme == "iob2":
+            names = ["B"] + ["I"] * (n - 1)
+        else:  # iob1: B only where the previous word ends a chunk of the same type
+            touching = previous_end == span.start and previous_type == span.type
+            names = ["B" if touching else "I"] + ["I"] * (n - 1)
+        out[span.start:span.end] = [f"{p}-{span.type}" for p in names]
+        previous_end, previous_type = span.end, span.type
+    return out
+
+
+def first_invalid(tag_list, scheme: str) -> int | None:
+    """The first word whose tag is not `scheme`'s writing of the sentence's spans, or None."""
+    written = tags(spans(tag_list), len(tag_list), scheme)
+    return next((i for i, (a, b) in enumerate(zip(tag_list, written)) if a != b), None)
+
+
+def labels(types, scheme: str) -> list[str]:
+    """The model's classes: "O", then each type's tags in `scheme` (types sorted)."""
+    return ["O"] + [f"{p}-{t}" for t in sorted(types) for p in PREFIXES[scheme]]
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+@dataclasses.dataclass
+class Sentences:
+    words: list[list[str]]
+    tags: list[list[str]]          # the file's tags, in its scheme
+    lines: list[int]               # each sentence's first line (1-based), for errors
+    source: str
+    skipped: int = 0               # sentences dropped by on_bad="skip"
+    first_skipped: str = ""
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def types(self) -> set[str]:
+        return {s.type for t in self.tags for s in spans(t)}
+
+
+def find(data_dir: str, split: str) -> str | None:
+    """The split's file in `data_dir` (`FILES`, plain or .gz), or None."""
+    for name in FILES[split]:
+        for candidate in (name, name + ".gz"):
+            path = os.path.join(data_dir, candidate)
+            if tf.io.gfile.exists(path):
+                return path
+    return None
+
+
+def _lines(path: str):
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            raw = f.read()
+    except (tf.errors.OpError, OSError) as e:
+        raise TaggingDataError(f"{path}: cannot read it "
+                               f"({getattr(e, 'message', None) or e})") from None
+    if path.endswith(".gz"):
+        try:
+            raw = gzip.GzipFile(fileobj=io.BytesIO(raw)).read()
+        except (OSError, EOFError) as e:
+            raise TaggingDataError(f"{path}: not a gzip file ({e})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise TaggingDataError(f"{path}:{line}: invalid UTF-8 at byte {e.start}") from None
+    return text.split("\n")
+
+
+def read(path: str, scheme: str, types=None, strict: bool = False,
+         on_bad: str = "error") -> Sentences:
+    """The sentences of a CoNLL file in `scheme`. `types`: the entity types allowed (the
+    training file's; None: any). A bad row (a tag not O or PREFIX-TYPE of the scheme, a type
+    not in `types`, a row whose column count differs from the file's first, in strict mode
+    an invalid transition) is a `TaggingDataError` naming file:line, or with
+    on_bad="skip" drops its sentence, counted in `skipped`."""
+    if scheme not in SCHEMES:
+        raise TaggingDataError(f"scheme={scheme!r}: choose one of {', '.join(SCHEMES)}")
+    if on_bad not in ("error", "skip"):
+        raise TaggingDataError(f"on_bad must be 'error' or 'skip'; got {on_bad!r}")
+    out = Sentences([], [], [], path)
+    columns = None
+    rows, first_line, problem = [], 0, None
+
+    def close():
+        nonlocal rows, problem
+        if rows and problem is None:
+            tag_list = [t for _, t, _ in rows]
+            bad = first_invalid(tag_list, scheme) if strict else None
+            if bad is not None:
+                problem = (rows[bad][2], f"{tag_list[bad]!r} after "
+                           f"{tag_list[bad - 1] if bad else 'the sentence start'!r} is not "
+                           f"valid {scheme.upper()} (strict mode)")
+        if problem is not None:
+            where = f"{path}:{problem[0]}: {problem[1]}"
+            if on_bad == "error":
+                raise TaggingDataError(where)
+            out.skipped += 1
+            out.first_skipped = out.first_skipped or where
+        elif rows:
+            out.words.append([w for w, _, _ in rows])
+            out.tags.append([t for _, t, _ in rows])
+            out.lines.append(first_line)
+        rows, problem = [], None
+
+    for number, line in enumerate(_lines(path), start=1):
+        fields = line.split()
+        if not fields:
+            close()
+            continue
+        if fields[0] == "-DOCSTART-":
+            continue
+        if not rows:
+            first_line = number
+        columns = columns or len(fields)
+        tag = fields[-1]
+        prefix, kind = split_tag(tag)
+        if problem is not None:
+            continue
+        if len(fields) != columns or len(fields) < 2:
+            problem = (number, f"{len(fields)} columns; the file's rows have {columns} "
+                       "(a word, its columns, the tag last)")
+        elif prefix != "O" and (prefix not in PREFIXES[scheme] or not kind):
+            problem = (number, f"tag {tag!r} is not O or "
+                       f"{'/'.join(PREFIXES[scheme])}-TYPE ({scheme.upper()})")
+        elif types is not None and prefix != "O" and kind not in types:
+            problem = (number, f"tag {tag!r}: the training data has no type {kind!r} "
+                       f"(its types: {', '.join(sorted(types)) or 'none'})")
+        rows.append((fields[0], tag, number))
+    close()
+    if not out.words:
+        raise TaggingDataError(f"{path}: no sentences"
+                               + (f" ({out.skipped} skipped)" if out.skipped else ""))
+    return out
+
+
+def write(words, gold, predicted) -> str:
+    """conlleval's input: "word gold predicted" per line, a blank line after each sentence."""
+    return "".join("".join(f"{w} {g} {p}\n" for w, g, p in zip(*sentence)) + "\n"
+                   for sentence in zip(words, gold, predicted))

@@ -1,0 +1,188 @@
+"""Token tagging (named entities, chunking) as members of the task family (`task.Task`).
+
+    CoNLL files in config.data.dir (conll.py: train, dev, test; the entity types from
+    the training file, written to config.json's model.entity_types) ─► the tags as
+    spans ─► the model's labels (model.label_scheme: BIOES, the original's encoding) ─►
+    serving/tagging_windows.py: WordPieces, windows of max_seq_length every `stride`
+    pieces, the label on each word's first piece in the window that owns it ─► Tagger
+    (dense per token) ─► cross-entropy summed over the labelled pieces
+    dev: each word's predicted label ─► spans ─► tags in the files' scheme ─► conlleval's
+    entity P/R/F1 (overall, per type) and token accuracy ─► predictions.txt ("word gold
+    predicted", conlleval's input) in the run dir ─► export_tagging (raw text or words)
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from electra_tf import errors
+from electra_tf.finetuning import task as task_lib
+from electra_tf.finetuning.tagging import conll
+from electra_tf.finetuning.tagging import metrics
+from electra_tf.finetuning.tagging import model as model_lib
+from electra_tf.serving import export_tagging
+from electra_tf.serving import tagging_windows as windows_lib
+
+# The original ELECTRA's defaults (configure_finetuning.py): 3 epochs, batch 32,
+# max_seq_length 128, but 256 for its chunking task; the learning rate and decay by model
+# size (hparams.py). CoNLL-2003 is not among its tasks: the general defaults.
+SCHEDULES = {"conll2003": task_lib.Schedule(),
+             "conll2000": task_lib.Schedule(max_seq_length=256),
+             "tagging": task_lib.Schedule()}
+# The schemes the sets' files are written in: CoNLL-2003's original distribution is IOB1
+# (IOB2 copies read alike unless data.strict), CoNLL-2000's is IOB2.
+FILE_SCHEMES = {"conll2003": "iob1", "conll2000": "iob2", "tagging": "iob2"}
+_SENTENCES_PER_CALL = 1024   # sentences windowed per eager call when reading
+
+
+class TaggingTask(task_lib.Task):
+    """A CoNLL-format tagging set: `conll2003` (NER), `conll2000` (chunking), `tagging`."""
+
+    eval_splits = ("validation",)
+    primary_metric = "f1"
+    signatures = ("serving_default", "words")
+    resume_keys = ("data.scheme", "data.stride", "model.label_scheme")
+
+    def __init__(self, name: str, config=None):
+        super().__init__(config)
+        self.name = name
+        self.schedule = SCHEDULES[name]
+
+    def configure(self, config) -> None:
+        config.data.scheme = FILE_SCHEMES[self.name]  # the files' tags: iob1|iob2|bioes
+        config.data.strict = False    # an invalid transition in the files is an error
+        #                               (or, with on_bad=skip, its sentence is skipped)
+        config.data.stride = 0        # pieces between windows' starts over a sentence
+        #                               longer than a window; 0 = half a window
+        config.model.dropout = 0.1    # on every token's vector; original: none on the
+        #                               head, the encoder's 0.1 below it
+        config.model.label_scheme = "bioes"  # what the model predicts; original: BIOES
+        config.model.entity_types = ""  # "" = the training file's (written here when read)
+
+    @property
+    def stride(self) -> int:
+        data = self.config.data
+        return data.stride or (data.max_seq_length - 2) // 2
+
+    def check_config(self) -> None:
+        data, model = self.config.data, self.config.model
+        for key, value in (("data.scheme", data.scheme),
+                           ("model.label_scheme", model.label_scheme)):
+            if value not in conll.SCHEMES:
+                raise errors.UserError(f"config.{key}={value!r}: choose one of "
+                                       f"{', '.join(conll.SCHEMES)}")
+        if not data.dir:
+            raise errors.UserError("config.data.dir is empty: give the directory of the "
+                                   "CoNLL files (train.txt, dev.txt[, test.txt])")
+        windows_lib.check_geometry(data.max_seq_length, self.stride)
+
+    # ------------------------------------------------------------------------ data
+
+    @property
+    def labels(self) -> list[str]:
+        """The model's classes, from config.model.entity_types."""
+        types = [t for t in self.config.model.entity_types.split(",") if t]
+        return conll.labels(types, self.config.model.label_scheme)
+
+    def _read(self, split: str, types) -> conll.Sentences:
+        data = self.config.data
+        path = conll.find(data.dir, split)
+        if path is None:
+            names = " or ".join(conll.FILES[split])
+            raise conll.TaggingDataError(f"no {names} (plain or .gz) in {data.dir}")
+        return conll.read(path, data.scheme, types, data.strict, data.on_bad)
+
+    def read(self, vocab, lower_case: bool) -> task_lib.Data:
+        given = [t for t in self.config.model.entity_types.split(",") if t]
+        train = self._read("train", set(given) if given else None)
+        types = sorted(given or train.types())
+        if not types:
+            raise conll.TaggingDataError(f"{train.source}: no entity tags (every tag is O)")
+        self.config.model.entity_types = ",".join(types)   # saved with the run's config
+        window = windows_lib.Windows(vocab, self.config.data.max_seq_length, lower_case,
+                                     self.stride)
+        evals = {"validation": self._read("validation", set(types))}
+        tests = {"test": self._read("test", set(types))} if self.config.predict_test else {}
+        return task_lib.Data(self._rows(train, window),
+                             {s: self._rows(e, window) for s, e in evals.items()},
+                             {s: self._rows(e, window) for s, e in tests.items()})
+
+    def _rows(self, sentences: conll.Sentences, window) -> task_lib.Rows:
+        ids = {label: i for i, label in enumerate(self.labels)}
+        scheme = self.config.model.label_scheme
+        word_labels = np.asarray(
+            [ids[t] for tags in sentences.tags
+             for t in conll.tags(conll.spans(tags), len(tags), scheme)], np.int32)
+        parts = []
+        for i in range(0, len(sentences), _SENTENCES_PER_CALL):
+            words = sentences.words[i:i + _SENTENCES_PER_CALL]
+            rows = window(tf.RaggedTensor.from_row_lengths(
+                tf.constant([w for s in words for w in s], tf.string),
+                [len(s) for s in words]))
+            rows = {k: v.numpy() for k, v in rows.items()}
+            rows["example"] += i
+            parts.append(rows)
+        rows = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        first_word = np.cumsum([0] + [len(w) for w in sentences.words])[:-1]
+        at = rows["word"] >= 0
+        flat = first_word[rows["example"]][:, None] + rows["word"]           # [N, S]
+        columns = {k: rows[k] for k in ("input_ids", "input_mask", "segment_ids")}
+        columns["labels"] = np.where(at, word_labels[np.where(at, flat, 0)], 0).astype(
+            np.int32)
+        columns["label_mask"] = at.astype(np.int32)
+
+        def prepare(batch):
+            inputs = {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
+            return inputs, {"labels": batch["labels"], "label_mask": batch["label_mask"]}
+        skipped = f"; first: {sentences.first_skipped}" if sentences.skipped else ""
+        return task_lib.Rows(columns, prepare,
+                             f"{len(sentences)} sentences in {len(at)} windows from "
+                             f"{sentences.source} ({sentences.skipped} skipped{skipped})",
+                             payload=(sentences, np.where(at, flat, -1)))
+
+    # ------------------------------------------------------------------------ model
+
+    def build_model(self, encoder):
+        return model_lib.Tagger(encoder, len(self.labels), dropout=self.config.model.dropout,
+                                seed=self.config.train.seed, name="tagger")
+
+    def loss(self, model, inputs, labels):
+        return model_lib.tagging_loss(model(inputs, training=True), labels["labels"],
+                                      labels["label_mask"])
+
+    # ------------------------------------------------------------------------ results
+
+    def predicted_tags(self, rows, logits: np.ndarray) -> list[list[str]]:
+        """Each sentence's predicted tags in the files' scheme, from the windows' logits
+        [N, S, labels]: each word's label at its one position, its spans, rewritten."""
+        sentences, flat = rows.payload
+        total = sum(len(w) for w in sentences.words)
+        at = flat >= 0
+        counts = np.bincount(flat[at], minlength=total)
+        if counts.shape[0] != total or not np.all(counts == 1):
+            raise AssertionError(f"words predicted other than once: {np.unique(counts)}")
+        per_word = np.empty(total, np.int64)
+        per_word[flat[at]] = logits.argmax(-1)[at]
+        labels, out, start = self.labels, [], 0
+        for words in sentences.words:
+            predicted = [labels[i] for i in per_word[start:start + len(words)]]
+            out.append(conll.tags(conll.spans(predicted), len(words), self.config.data.scheme))
+            start += len(words)
+        return out
+
+    def evaluate(self, split, rows, outputs) -> task_lib.Evaluation:
+        sentences = rows.payload[0]
+        predicted = self.predicted_tags(rows, outputs)
+        return task_lib.Evaluation(
+            metrics.evaluate(sentences.tags, predicted),
+            {"predictions.txt": conll.write(sentences.words, sentences.tags, predicted)})
+
+    def predict_test(self, split, rows, outputs) -> tuple[str, str]:
+        """conlleval's input for the test file (its gold tags, the best model's)."""
+        sentences = rows.payload[0]
+        return ("test_predictions.txt",
+                conll.write(sentences.words, sentences.tags, self.predicted_tags(rows, outputs)))
+
+    def export(self, model, vocab, max_seq_length, output, lower_case) -> str:
+        return export_tagging.export_tagger(
+            model, vocab, output, max_seq_length=max_seq_length, lower_case=lower_case,
+            stride=self.stride, labels=self.labels, scheme=self.config.data.scheme)
