@@ -13,25 +13,15 @@ original ELECTRA's tagging head), and its loss.
 TensorShape([1, 3, 5])
 """
 
-import keras
 import tensorflow as tf
 
-from electra_tf.model import encoder as encoder_lib
+from electra_tf.finetuning import model as finetuning_model
 
 
-class Tagger(keras.Model):
-    """Encoder → dropout → dense(num_labels) at every position: logits `[B, S, labels]`.
-    `encoder` is the attribute `finetuning.model.layer_depths` reads (layer-wise rates)."""
-
-    def __init__(self, encoder: encoder_lib.Encoder, num_labels: int, dropout: float = 0.1,
-                 seed: int | None = None, **kwargs):
-        super().__init__(**kwargs)
-        self.encoder = encoder
-        self.num_labels = num_labels
-        self.head_dropout = keras.layers.Dropout(dropout, name="task_dropout")
-        self.head = keras.layers.Dense(
-            num_labels, kernel_initializer=keras.initializers.GlorotUniform(seed=seed),
-            name="task_output")
+class Tagger(finetuning_model.Classifier):
+    """The classifier's layers (encoder, dropout, dense(num_labels)) at every position
+    instead of [CLS]: logits `[B, S, labels]`. `encoder` is the attribute
+    `finetuning.model.layer_depths` reads (layer-wise rates)."""
 
     def call(self, inputs, training=None):
         sequence = self.encoder({"token_ids": inputs["input_ids"],
