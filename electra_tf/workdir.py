@@ -53,6 +53,7 @@ CONFIG = "config.json"
 VOCAB = "vocab.txt"
 CHECKPOINTS = "checkpoints"
 LOGS = "logs"
+TRAIN_LOGS, EVAL_LOGS = "train", "eval"  # pre-training's, under LOGS
 LOCK_FILE = "lock.json"
 CONVERTED = "converted.json"
 PRETRAINED = "pretrained.json"
@@ -76,6 +77,11 @@ def path(workdir: str, *names: str) -> str:
 
 def checkpoints(workdir: str) -> str:
     return path(workdir, CHECKPOINTS)
+
+
+def logs(workdir: str, which: str) -> str:
+    """WORKDIR/logs/WHICH: the TensorBoard events of `which` (TRAIN_LOGS, EVAL_LOGS)."""
+    return path(workdir, LOGS, which)
 
 
 def latest_checkpoint(workdir: str) -> str | None:
@@ -104,13 +110,14 @@ def read_json(workdir: str, name: str) -> dict | None:
     return value
 
 
-def write_text(workdir: str, name: str, text: str) -> str:
+def write_text(workdir: str, name: str, text: str | bytes) -> str:
     """WORKDIR/NAME (NAME may hold folders) written whole or not at all: a temporary file,
-    then a rename (a crash leaves the old file or the new). Returns the path."""
+    then a rename (a crash leaves the old file or the new). Returns the path. `bytes`
+    are written as they are (a PNG)."""
     file = path(workdir, name)
     tf.io.gfile.makedirs(os.path.dirname(file))
     tmp = file + ".tmp"
-    with tf.io.gfile.GFile(tmp, "w") as f:
+    with tf.io.gfile.GFile(tmp, "wb" if isinstance(text, bytes) else "w") as f:
         f.write(text)
     tf.io.gfile.rename(tmp, file, overwrite=True)
     return file

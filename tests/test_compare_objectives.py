@@ -86,6 +86,47 @@ def test_a_frozen_generator_is_charged_its_forward_pass_only(vocab):
     assert planned["frozen"].steps > planned["trained"].steps
 
 
+def test_the_report_is_written_whole_and_says_what_a_frozen_generator_is(
+        vocab, tmp_path, monkeypatch):
+    """run()'s writes through workdir.py (results.json, table.md, comparison.png, no
+    file left aside), its log through absl, and a frozen generator's note: at random
+    without generator_init, and its own training not charged. The runs themselves are
+    stand-ins here (the slow end-to-end test trains them)."""
+    from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
+    specs = ["trained:model.tie=none", "frozen:model.tie=none,train.generator=frozen"]
+    planned = variants.plan(_config(), vocab, variants.expand(specs=specs))
+    trained = []
+    monkeypatch.setattr(loop, "train_and_evaluate",
+                        lambda config, workdir: trained.append(workdir))
+    read = []
+    monkeypatch.setattr(compare, "evaluations", lambda logdir: read.append(logdir) or [
+        (10, {"loss": 3.0, "masked_lm_accuracy": 0.25, "disc_auc": 0.5})])
+    monkeypatch.setattr(compare, "finetune", lambda *args: {"accuracy": 0.75})
+    logged = []
+    monkeypatch.setattr(compare.logging, "info", lambda *args: logged.append(args))
+    out = str(tmp_path / "out")
+    markdown = compare.run(planned, None, out, "task", _config(), "trained")
+    assert trained == [os.path.join(out, "runs", n) for n in ("trained", "frozen")]
+    assert read == [os.path.join(out, "runs", n, "logs", "eval")
+                    for n in ("trained", "frozen")]
+    assert sorted(os.listdir(out)) == ["comparison.png", "results.json", "table.md"]
+    with open(os.path.join(out, "results.json"), encoding="utf-8") as f:
+        rows = {r["variant"]: r for r in json.load(f)["rows"]}
+    assert (rows["trained"]["generator"], rows["trained"]["note"]) == ("train", None)
+    frozen = rows["frozen"]
+    assert (frozen["generator"], frozen["generator_init"]) == ("frozen", None)
+    assert frozen["note"].startswith("config.train.generator=frozen without config.model."
+                                     "generator_init: the generator stays at its random")
+    assert frozen["note"].endswith("its own training is not charged (training FLOPs count "
+                                   "its forward pass only)")
+    with open(os.path.join(out, "table.md"), encoding="utf-8") as f:
+        assert f.read() == markdown
+    assert f"\nfrozen: {frozen['note']}." in markdown and "\ntrained: " not in markdown
+    with open(os.path.join(out, "comparison.png"), "rb") as f:
+        assert f.read(4) == b"\x89PNG"
+    assert [args[1] for args in logged[:2]] == ["trained", "frozen"]  # "== NAME (...)"
+
+
 def test_a_custom_variant_overrides_any_key_typed_as_its_field(vocab):
     config = _config()
     spec = ("wide_hot:model.generator_hidden_fraction=1,model.temperature=3,"

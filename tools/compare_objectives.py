@@ -126,7 +126,8 @@ def main(argv):
         config.train.seed)
     # Fine-tuning runs are per task: another task re-uses the pre-training runs.
     task_name = _TASK.value if _TASK_DIR.value else "swapped_words"
-    compare.run(planned, finetune_config(config, task_dir), out, task_name, config, budget)
+    print(compare.run(planned, finetune_config(config, task_dir), out, task_name, config,
+                      budget))
 
 
 if __name__ == "__main__":

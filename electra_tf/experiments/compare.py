@@ -6,24 +6,33 @@ as results.json, table.md and comparison.png.
 Per variant, results.json's row holds `masked_lm_accuracy` (the generator's under
 ELECTRA-style objectives, the model's under `mlm`) and `disc_auc` (the discriminator's,
 over every token) of the last held-out evaluation, `null` where the objective has none;
-`eval` holds every evaluation's metrics by step.
+`eval` holds every evaluation's metrics by step; `generator` (config.train.generator),
+`generator_init` and `note` (what a frozen generator is and that its own training is not
+charged; `null` for a trained one). Every file is written whole or not at all
+(`workdir.py`).
 """
 
 import csv
-import json
-import os
+import io
 import random
 import time
 
+import tensorflow as tf
+from absl import logging
+
 from electra_tf import errors
+from electra_tf import model_config
 from electra_tf import workdir as workdir_lib
+from electra_tf.training import generator_init
+
+RUNS, FINETUNE, TABLE, PLOT = "runs", "finetune", "table.md", "comparison.png"
 
 
 def swapped_words_task(text_file: str, directory: str, num_train: int, seed: int) -> str:
     """train.tsv/dev.tsv in SST-2's layout from `text_file`'s lines of 4+ words, each
     line used once (dev's never in train): as it is (1) or with two different words
     swapped (0), in equal numbers."""
-    with open(text_file, encoding="utf-8") as f:
+    with tf.io.gfile.GFile(text_file) as f:
         lines = [" ".join(l.split()) for l in f if len(l.split()) >= 4]
     rng = random.Random(seed)
     rng.shuffle(lines)
@@ -32,7 +41,6 @@ def swapped_words_task(text_file: str, directory: str, num_train: int, seed: int
         raise errors.UserError(
             f"--task_text={text_file}: {len(lines)} lines of 4+ words, fewer than the "
             f"{num_train + num_dev} --task_examples={num_train} needs (train + dev)")
-    os.makedirs(directory, exist_ok=True)
     for split, n, offset in (("train", num_train, 0), ("dev", num_dev, num_train)):
         rows = []
         for i in range(n):
@@ -44,12 +52,12 @@ def swapped_words_task(text_file: str, directory: str, num_train: int, seed: int
                     a, b = rng.sample(range(len(words)), 2)
                 words[a], words[b] = words[b], words[a]
             rows.append([" ".join(words), str(label)])
-        with open(os.path.join(directory, f"{split}.tsv"), "w", encoding="utf-8",
-                  newline="") as f:
-            out = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\",
-                             lineterminator="\n")
-            out.writerow(["sentence", "label"])
-            out.writerows(rows)
+        text = io.StringIO()
+        out = csv.writer(text, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\",
+                         lineterminator="\n")
+        out.writerow(["sentence", "label"])
+        out.writerows(rows)
+        workdir_lib.write_text(directory, f"{split}.tsv", text.getvalue())
     return directory
 
 
@@ -80,45 +88,57 @@ def finetune(pretrained: str, tuning, output: str) -> dict:
     return next(iter(metrics.values()))  # the first dev split's
 
 
-def run(planned, tuning, out: str, task_name: str, config, budget: str) -> list[dict]:
+def run(planned, tuning, out: str, task_name: str, config, budget: str) -> str:
     """Pre-trains and fine-tunes each `variants.Planned` (`budget`: the variant whose
     FLOPs are the budget); writes results.json, table.md and comparison.png under
-    `out`; returns the rows."""
+    `out`; returns the table (Markdown), for the tool to show."""
     from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
     start = time.monotonic()
     rows = []
     for p in planned:
         name = p.variant.name
-        print(f"== {name} ({p.variant.spec}): {p.steps} steps x {p.flops_per_step:.3g} "
-              f"FLOPs = {p.flops:.3g}", flush=True)
-        workdir = os.path.join(out, "runs", name)
+        logging.info("== %s (%s): %d steps x %.3g FLOPs = %.3g", name, p.variant.spec,
+                     p.steps, p.flops_per_step, p.flops)
+        workdir = workdir_lib.path(out, RUNS, name)
         began = time.monotonic()
         loop.train_and_evaluate(p.config, workdir)
         seconds = time.monotonic() - began
-        curve = evaluations(os.path.join(workdir, "logs", "eval"))
+        curve = evaluations(workdir_lib.logs(workdir, workdir_lib.EVAL_LOGS))
         last = curve[-1][1] if curve else {}
         rows.append({
             "variant": name, "overrides": dict(p.variant.overrides),
             "objective": p.config.model.objective, "algorithm": p.config.train.algorithm,
+            "generator": model_config.generator_mode(p.config),
+            "generator_init": p.config.model.get("generator_init") or None,
+            "note": generator_note(p.config),
             "steps": p.steps, "flops_per_step": p.flops_per_step, "flops": p.flops,
             "seconds": seconds, "eval": curve,
             "masked_lm_accuracy": last.get("masked_lm_accuracy"),
             "disc_auc": last.get("disc_auc"),
             "finetuned": finetune(workdir, tuning,
-                                  os.path.join(out, "finetune", task_name, name))})
+                                  workdir_lib.path(out, FINETUNE, task_name, name))})
     wall = time.monotonic() - start
     metric = next(iter(rows[0]["finetuned"]), "accuracy") if rows else "accuracy"
-    with open(os.path.join(out, workdir_lib.RESULTS), "w") as f:
-        json.dump({"rows": rows, "wall_seconds": wall, "task": task_name,
-                   "budget_variant": budget, "budget_flops": next(
-                       p.flops for p in planned if p.variant.name == budget),
-                   "config": config.to_dict()}, f, indent=1)
+    workdir_lib.write_json(out, workdir_lib.RESULTS, {
+        "rows": rows, "wall_seconds": wall, "task": task_name, "budget_variant": budget,
+        "budget_flops": next(p.flops for p in planned if p.variant.name == budget),
+        "config": config.to_dict()})
     markdown = table(rows, metric, wall)
-    with open(os.path.join(out, "table.md"), "w") as f:
-        f.write(markdown)
-    plot(rows, metric, os.path.join(out, "comparison.png"))
-    print(markdown + f"Wrote {out}/table.md, comparison.png, results.json")
-    return rows
+    workdir_lib.write_text(out, TABLE, markdown)
+    plot(rows, metric, out)
+    logging.info("Wrote %s, %s and %s in %s", workdir_lib.RESULTS, TABLE, PLOT, out)
+    return markdown
+
+
+def generator_note(config) -> str | None:
+    """What a frozen generator is (`None` for a trained one): the comparison charges its
+    forward pass only, not the training that made it."""
+    if model_config.generator_mode(config) != "frozen":
+        return None
+    what = (generator_init.FROZEN_AT_RANDOM if generator_init.frozen_at_random(config)
+            else f"the generator is {config.model.generator_init}'s, frozen")
+    return (f"{what}; its own training is not charged (training FLOPs count its "
+            "forward pass only)")
 
 
 def table(rows, metric: str, wall: float) -> str:
@@ -143,12 +163,13 @@ def table(rows, metric: str, wall: float) -> str:
                  "Held-out loss is each objective's own (comparable only between variants "
                  "of one objective); masked_lm_accuracy is the generator's for "
                  "ELECTRA-style objectives and the model's for mlm.")
+    lines += [f"\n{r['variant']}: {r['note']}." for r in rows if r.get("note")]
     return "\n".join(lines) + "\n"
 
 
-def plot(rows, metric: str, output: str) -> None:
-    """Held-out loss and masked_lm_accuracy against training FLOPs per variant; the
-    fine-tuned score per variant."""
+def plot(rows, metric: str, out: str) -> None:
+    """OUT/comparison.png: held-out loss and masked_lm_accuracy against training FLOPs
+    per variant; the fine-tuned score per variant."""
     import matplotlib  # pylint: disable=g-import-not-at-top
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -172,5 +193,7 @@ def plot(rows, metric: str, output: str) -> None:
     bars.tick_params(axis="x", rotation=20)
     for x, y in enumerate(scores):
         bars.annotate(f"{y:.3f}", (x, y), ha="center", va="bottom")
-    figure.savefig(output, dpi=110)
+    png = io.BytesIO()
+    figure.savefig(png, format="png", dpi=110)
     plt.close(figure)
+    workdir_lib.write_text(out, PLOT, png.getvalue())

@@ -57,6 +57,20 @@ def _language_model(source) -> tuple[str, object]:
     return "encoder", shape.discriminator
 
 
+FROZEN_AT_RANDOM = (
+    "config.train.generator=frozen without config.model.generator_init: the generator "
+    "stays at its random initialisation, whose samples are close to uniform over the "
+    "vocabulary (in effect a uniform-generator ablation, not ELECTRA); give "
+    "config.model.generator_init=RUN for a trained language model")
+
+
+def frozen_at_random(config) -> bool:
+    """Whether `config` freezes a generator that no `generator_init` gives: a random one
+    (`FROZEN_AT_RANDOM` says so in the run's log and the comparison's results)."""
+    return (model_config.generator_mode(config) == "frozen"
+            and not config.model.get("generator_init"))
+
+
 def configure(config) -> ml_collections.ConfigDict:
     """A copy of `config` whose generator has the shape of `config.model.generator_init`'s
     language model (unchanged without one)."""

@@ -11,7 +11,6 @@ preemption (SIGTERM) is `preemption.py`.
 """
 
 import contextlib
-import os
 import time
 
 import tensorflow as tf
@@ -102,17 +101,21 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         step = int(trainer.step.numpy())
         if step == 0 and config.model.get("generator_init"):
             generator_init.load(trainer.model, config, vocab)
+        if generator_init.frozen_at_random(config):
+            logging.warning(generator_init.FROZEN_AT_RANDOM)
         iterator = iter(pipeline.distributed_dataset(strategy, train_files, config, masking,
                                                      training=True, step=step))
 
         # ---- outputs
         logs = workdir_lib.path(workdir, workdir_lib.LOGS)
+        train_logs = workdir_lib.logs(workdir, workdir_lib.TRAIN_LOGS)
         if chief:
             workdir_lib.write_json(workdir, workdir_lib.CONFIG,
                                    {**config.to_dict(), "data_order": order.VERSION})
             workdir_lib.copy_vocab(workdir, config.data.vocab_file)
-            train_writer = tf.summary.create_file_writer(os.path.join(logs, "train"))
-            eval_writer = tf.summary.create_file_writer(os.path.join(logs, "eval"))
+            train_writer = tf.summary.create_file_writer(train_logs)
+            eval_writer = tf.summary.create_file_writer(
+                workdir_lib.logs(workdir, workdir_lib.EVAL_LOGS))
             summaries.write_config(train_writer, config)
             summaries.write_hparams(logs, config)
         else:
@@ -143,7 +146,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                     if profiling:  # every worker ends the loop there (they step together)
                         boundary = min(boundary, step + profile_steps)
                         profiled = True
-                    with _profiled(profiling and chief, os.path.join(logs, "train"),
+                    with _profiled(profiling and chief, train_logs,
                                    trainer.step), faults.naming_damaged(train_files,
                                                                         "train_files"):
                         trainer.start_loop(step)

@@ -112,6 +112,29 @@ def test_a_frozen_generator_does_not_move_and_has_no_optimizer_state():
     assert np.isfinite(trainer.train_metrics.result()["loss"])
 
 
+def test_a_frozen_random_generator_is_said_in_the_log(data, tmp_path, monkeypatch):
+    """config.train.generator=frozen without generator_init freezes a random generator:
+    a uniform-generator ablation in effect, which the run's log says (and, through
+    `generator_init.FROZEN_AT_RANDOM`, the comparison's results.json and table)."""
+    from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
+    config = electra_configs.get_config("tiny")
+    config.data.update(train_files=data["train"], eval_files="", vocab_file=data["vocab"],
+                       max_seq_length=32)
+    config.model.tie = "none"
+    config.train.update(generator="frozen", batch_size=4, steps=1, jit_compile=False,
+                        log_every=1, checkpoint_every=1)
+    assert generator_init.frozen_at_random(config)
+    warnings = []
+    monkeypatch.setattr(loop.logging, "warning", lambda *args: warnings.append(args))
+    loop.train_and_evaluate(config, str(tmp_path / "run"))
+    assert (generator_init.FROZEN_AT_RANDOM,) in warnings
+    config.model.generator_init = "a run"
+    assert not generator_init.frozen_at_random(config)
+    config.train.generator = "train"
+    del config.model["generator_init"]
+    assert not generator_init.frozen_at_random(config)
+
+
 def test_a_frozen_generator_counts_its_forward_pass_only():
     shape = sizes.ModelShape(sizes.SIZES["small"], sizes.generator_size(sizes.SIZES["small"],
                                                                         0.25))
