@@ -160,10 +160,10 @@ def forge_step(checkpoint_dir, step):
     return prefix
 
 
-def write_pretrained_run(directory, max_seq_length=16, dropout=None):
+def write_pretrained_run(directory, max_seq_length=16, dropout=None, objective=None):
     """A tiny pre-training workdir with random weights (config.json, vocab.txt, a
     model-only checkpoint), as export and fine-tuning read it, in `directory` (made if
-    needed). Returns (vocab, model)."""
+    needed), of `objective` (default the config's). Returns (vocab, model)."""
     import json  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from configs import electra as electra_configs  # pylint: disable=g-import-not-at-top
@@ -174,6 +174,8 @@ def write_pretrained_run(directory, max_seq_length=16, dropout=None):
     config.data.max_seq_length = max_seq_length
     if dropout is not None:
         config.model.dropout = dropout
+    if objective is not None:
+        config.model.objective = objective
     config = model_config.resolve(config)
     model = model_config.pretrainer(config, vocab.size).build_for(max_seq_length, 3)
     checkpoint = tf.train.Checkpoint(step=tf.Variable(7, dtype=tf.int64), model=model)

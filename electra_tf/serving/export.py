@@ -18,6 +18,14 @@ Signatures (all `tensorflow/serving/predict`; [B] = batch, S = max_seq_length, H
     serving_ids      input_ids, input_mask,         → replaced_probability [B, S]
                      segment_ids [B, S] int32
     encode_ids       the same                       → sequence_output, cls_output
+    score            text [B] string                → score [B] float32, token_scores [B, S]
+                                                      (0 at padding), token_ids, input_mask
+                                                      (objectives that score in one pass:
+                                                      ELECTRA's Σ log P(original), ELECTRIC's
+                                                      −Σ energies; docs/electric.md)
+
+An ELECTRIC run's serving_default gives `energies` [B, S] (the head's output; its
+probability of noise needs the generator's q, which is not exported).
 
 Text is tokenized in the graph with tf.text's `FastBertTokenizer`, built from the run's
 vocab with the run's normalisation (the same ops as `create_pretraining_data`), and packed
@@ -87,6 +95,16 @@ def discriminate(model: pretrainer.ElectraPretrainer, input_ids, input_mask, seg
     sequence = tf.cast(sequence, tf.float32)
     return {**model.objective.serve(model, sequence, input_mask),
             "sequence_output": sequence, "cls_output": sequence[:, 0]}
+
+
+def score(model: pretrainer.ElectraPretrainer, input_ids, input_mask, segment_ids):
+    """One pass of the discriminator: `token_scores` [B, S] (the objective's
+    `token_scores`, 0 at padding) and `score` [B], their sum over the real tokens."""
+    sequence = model.discriminator({"token_ids": input_ids, "segment_ids": segment_ids,
+                                    "padding_mask": input_mask}, training=False)
+    tokens = model.objective.token_scores(model, tf.cast(sequence, tf.float32))
+    tokens = tokens * tf.cast(input_mask, tf.float32)                          # [B, S]
+    return {"score": tf.reduce_sum(tokens, -1), "token_scores": tokens}
 
 
 def load_run(workdir: str, checkpoint: str | None = None, vocab_file: str | None = None):
@@ -159,6 +177,9 @@ def export(model: pretrainer.ElectraPretrainer, vocab: tokenizer_lib.Vocab,
         return {"sequence_output": out["sequence_output"], "cls_output": out["cls_output"],
                 "input_mask": mask}
 
+    def scored(ids, mask, segments):
+        return {**score(model, ids, mask, segments), "token_ids": ids, "input_mask": mask}
+
     archive = keras.export.ExportArchive()
     archive.track(model.discriminator)  # only the discriminator's variables are exported
     archive.track(model.discriminator_head)
@@ -171,6 +192,8 @@ def export(model: pretrainer.ElectraPretrainer, vocab: tokenizer_lib.Vocab,
         "serving_ids": (ids_endpoint(detect, max_seq_length, vocab.size), ids_spec),
         "encode_ids": (ids_endpoint(encode, max_seq_length, vocab.size), ids_spec),
     }
+    if model.objective.scores:
+        endpoints["score"] = (text_endpoint(packer, scored), [text_spec])
     # Tracing the signatures is most of an export's time: trace each now, with progress.
     bar = progress.Progress(len(endpoints), "signatures")
     for done, (name, (function, specs)) in enumerate(endpoints.items(), start=1):
@@ -181,6 +204,8 @@ def export(model: pretrainer.ElectraPretrainer, vocab: tokenizer_lib.Vocab,
     requests = [("serving_default", {"text": texts}),
                 ("serving_pair", {"text": texts, "text_pair": texts[::-1]}),
                 ("encode", {"text": texts})]
+    if model.objective.scores:
+        requests.append(("score", {"text": texts}))
     return write_archive(archive, output, requests if warmup else None)
 
 
@@ -319,7 +344,7 @@ def check_output(output: str) -> None:
 def write_archive(archive, output: str, warmup_requests) -> str:
     # Write beside the target and rename: a crash never leaves a half-written version
     # that TF Serving would try to load.
-    partial = output.rstrip("/") + ".partial"
+    partial = workdir_lib.aside(output, "partial")
     if tf.io.gfile.exists(partial):
         tf.io.gfile.rmtree(partial)
     start = time.monotonic()
@@ -329,7 +354,7 @@ def write_archive(archive, output: str, warmup_requests) -> str:
     logging.info("export: wrote the SavedModel%s in %.1f s",
                  " and its warm-up requests" if warmup_requests else "",
                  time.monotonic() - start)
-    tf.io.gfile.rename(partial, output)
+    workdir_lib.rename_folder(partial, output, last="saved_model.pb")
     return output
 
 

@@ -14,7 +14,7 @@ from electra_tf import errors
 from electra_tf import model_config
 from electra_tf.model import flops
 from electra_tf.model import objectives
-from electra_tf.model.objectives import electric
+from electra_tf.model.objectives import base
 from tests.model import test_objectives
 
 V, S, P = test_objectives.V, test_objectives.S, test_objectives.P
@@ -95,7 +95,7 @@ def test_the_discriminator_loss_never_trains_the_towers(model):
 def test_the_cloze_loss_counts_the_real_tokens_but_cls_and_each_sep():
     b = {"input_mask": np.array([[1, 1, 1, 1, 1, 1, 0, 0], [1] * 8]),
          "segment_ids": np.array([[0, 0, 0, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0]])}
-    np.testing.assert_array_equal(electric.candidates(b).numpy(),
+    np.testing.assert_array_equal(base.candidates(b).numpy(),
                                   [[0, 1, 0, 1, 1, 0, 0, 0], [0, 1, 1, 1, 1, 1, 1, 0]])
 
 

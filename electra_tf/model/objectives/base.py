@@ -24,6 +24,8 @@ class Objective:
     uses_generator: bool = True   # a generator samples replacements for masked positions
     detects: bool = False         # the main head is the RTD head: precision/recall/AUC, the
                                   # predictions view, conversion to the original's layout
+    scores: bool = False          # `token_scores` in one pass (else a text's score is the
+                                  # pseudo-log-likelihood: one pass per token)
     loss_names: tuple = ()        # the scalar losses of `loss`'s values (checked finite)
     names: tuple = ()             # every metric, in log/TensorBoard order
     log_fields: tuple = ()        # (label, metric, decimals) of the log line after `loss`
@@ -94,11 +96,9 @@ class Objective:
 
     def token_scores(self, model, sequence):
         """How well each token fits its context, [B, S] float32, read from one pass of
-        the main encoder (`sequence` [B, S, H]); a text's score is their sum over its
-        real tokens (the `score` signature, tools/score_text.py). None: this objective's
-        model needs one pass per token (the pseudo-log-likelihood of an MLM)."""
-        del model, sequence
-        return None
+        the main encoder (`sequence` [B, S, H]) (`scores` only); a text's score is their
+        sum over its real tokens (the `score` signature, tools/score_text.py)."""
+        raise NotImplementedError
 
     def training_flops(self, shape, seq_len: int, num_predictions: int,
                        vocab_size: int, frozen_generator: bool = False) -> int:
@@ -123,6 +123,19 @@ def generator_metric_inputs(batch, outputs, values) -> dict:
         "replaced_fraction": (outputs["is_replaced"], tf.cast(batch["input_mask"],
                                                               tf.float32)),
     }
+
+
+def candidates(batch):
+    """[B, S] float32: the tokens a language model predicts, the real tokens but [CLS]
+    (row 0) and each segment's closing [SEP] (the last token of a segment), read from
+    the packing ([CLS] A [SEP] B [SEP], segment ids 0 then 1) without the vocab."""
+    mask = tf.cast(batch["input_mask"], tf.int32)
+    segments = tf.cast(batch["segment_ids"], tf.int32)
+    next_mask = tf.pad(mask[:, 1:], [[0, 0], [0, 1]])
+    next_segment = tf.pad(segments[:, 1:], [[0, 0], [0, 1]], constant_values=-1)
+    closes = tf.equal(next_mask, 0) | tf.not_equal(next_segment, segments)
+    first = tf.equal(every_position(mask), 0)
+    return tf.cast(tf.equal(mask, 1) & ~closes & ~first, tf.float32)
 
 
 def every_position(ids):

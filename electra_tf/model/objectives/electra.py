@@ -17,6 +17,7 @@ from electra_tf.model.objectives import base
 class Electra(base.Objective):
     name = "electra"
     detects = True
+    scores = True  # Σ log P(original)
     loss_names = ("mlm_loss", "rtd_loss")
     names = ("loss", "mlm_loss", "rtd_loss", "masked_lm_accuracy",
              "sampled_masked_lm_accuracy", "disc_accuracy", "disc_precision", "disc_recall",

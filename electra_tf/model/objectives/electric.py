@@ -144,19 +144,6 @@ class TwoTowerCloze(keras.layers.Layer):
                           rtl=keras.layers.deserialize(config["rtl"])))
 
 
-def candidates(batch):
-    """[B, S] float32: the tokens the cloze loss counts, the real tokens but [CLS] (row
-    0) and each segment's closing [SEP] (the last token of a segment), read from the
-    packing ([CLS] A [SEP] B [SEP], segment ids 0 then 1) without the vocab."""
-    mask = tf.cast(batch["input_mask"], tf.int32)
-    segments = tf.cast(batch["segment_ids"], tf.int32)
-    next_mask = tf.pad(mask[:, 1:], [[0, 0], [0, 1]])
-    next_segment = tf.pad(segments[:, 1:], [[0, 0], [0, 1]], constant_values=-1)
-    closes = tf.equal(next_mask, 0) | tf.not_equal(next_segment, segments)
-    first = tf.equal(base.every_position(mask), 0)
-    return tf.cast(tf.equal(mask, 1) & ~closes & ~first, tf.float32)
-
-
 def noise_log_ratio(mask_prob: float) -> float:
     """log(p / (1 − p)): the NCE prior odds of noise, p the share of tokens sampled."""
     return math.log(mask_prob / (1.0 - mask_prob))
@@ -231,7 +218,7 @@ class Electric(electra.Electra):
         if num_tokens is None:
             num_tokens = tf.reduce_sum(token_mask)
         cloze_tokens = losses.mlm_token_losses(outputs["cloze_logits"], batch["input_ids"])
-        cloze = losses.mean(cloze_tokens, candidates(batch), num_tokens)
+        cloze = losses.mean(cloze_tokens, base.candidates(batch), num_tokens)
         rtd_tokens = losses.rtd_token_losses(outputs["disc_logits"], outputs["is_replaced"])
         rtd = losses.mean(rtd_tokens, token_mask, num_tokens)
         return cloze + self.disc_weight * rtd, {
@@ -246,11 +233,12 @@ class Electric(electra.Electra):
         token_mask = tf.cast(batch["input_mask"], tf.float32)
         weights = tf.cast(batch["masked_lm_weights"], tf.float32)
         predicted = tf.cast(outputs["disc_logits"] > 0, tf.float32)
+        candidates = base.candidates(batch)
         return {
             # As the loss: the candidates' cross-entropies over the real tokens.
-            "cloze_loss": (values["cloze_token_losses"] * candidates(batch), token_mask),
+            "cloze_loss": (values["cloze_token_losses"] * candidates, token_mask),
             "cloze_accuracy": (base.agree(outputs["cloze_predictions"], batch["input_ids"]),
-                               candidates(batch)),
+                               candidates),
             "sampled_masked_lm_accuracy": (base.agree(outputs["sampled_ids"],
                                                       batch["masked_lm_ids"]), weights),
             "rtd_loss": (values["rtd_token_losses"], token_mask),

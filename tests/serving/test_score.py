@@ -1,0 +1,129 @@
+"""Text scoring (docs/electric.md): the export's `score` signature on raw text, for
+ELECTRA (Σ log P(original)) and ELECTRIC (−Σ energies) runs, and tools/score_text.py on
+a one-pass model and on an MLM (pseudo-log-likelihood)."""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf.model.objectives import base
+from electra_tf.serving import export
+from electra_tf.text import packer as packer_lib
+from tests import helpers
+
+SEQ = helpers.SERVING_SEQ
+TEXTS = ["the cat sat on the mat", "mat the on sat cat the", "", "a big red tree"]
+
+
+def _runs(tmp_path_factory, objective):
+    workdir = tmp_path_factory.mktemp(objective)
+    vocab, model = helpers.write_pretrained_run(workdir, SEQ, objective=objective)
+    return {"workdir": str(workdir), "vocab": vocab, "model": model}
+
+
+@pytest.fixture(scope="module")
+def electric(tmp_path_factory):
+    """A tiny ELECTRIC run (random weights) and its export."""
+    run = _runs(tmp_path_factory, "electric")
+    run["exported"] = export.export_run(
+        run["workdir"], str(tmp_path_factory.mktemp("models") / "electric" / "1"))
+    return run
+
+
+@pytest.fixture(scope="module")
+def mlm(tmp_path_factory):
+    return _runs(tmp_path_factory, "mlm")
+
+
+def _packed(vocab):
+    packer = packer_lib.TextPacker(vocab, SEQ, lower_case=True)
+    return [t.numpy() for t in packer.pack(tf.constant(TEXTS))]
+
+
+def test_the_score_signature_answers_raw_text(run, exported, electric, tmp_path):
+    """ELECTRIC's run, in TF Serving's session loader: −Σ energies over the real tokens,
+    as serving_default's energies give them. ELECTRA's (loaded in process): Σ log(1 −
+    P(replaced)) over the real tokens."""
+    feeds = {"text": np.array(TEXTS, object)}
+    served = helpers.session_run(electric["exported"], {
+        "score": ("score", feeds), "default": ("serving_default", feeds)}, str(tmp_path))
+    ids, mask, segments = _packed(electric["vocab"])
+    np.testing.assert_array_equal(served["score"]["token_ids"], ids)
+    tokens = -served["default"]["energies"] * mask
+    np.testing.assert_allclose(served["score"]["token_scores"], tokens, atol=1e-4)
+    np.testing.assert_allclose(served["score"]["score"], tokens.sum(1), atol=1e-3)
+    expected = export.score(electric["model"], ids, mask, segments)["score"].numpy()
+    np.testing.assert_allclose(served["score"]["score"], expected, atol=1e-3)
+
+    got = tf.saved_model.load(exported).signatures["score"](text=tf.constant(TEXTS))
+    ids, mask, segments = _packed(run["vocab"])
+    probability = export.discriminate(run["model"], ids, mask, segments)[
+        "replaced_probability"].numpy()
+    tokens = np.log1p(-probability) * mask
+    np.testing.assert_allclose(got["token_scores"].numpy(), tokens, atol=1e-4)
+    np.testing.assert_allclose(got["score"].numpy(), tokens.sum(1), atol=1e-3)
+
+
+def _scored(result):
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    rows = [line.split("\t", 1) for line in lines[:-1] if line]
+    return [(float(score), text) for score, text in rows], json.loads(lines[-1])
+
+
+def test_score_text_ranks_groups_with_a_one_pass_model(electric, tmp_path):
+    path = tmp_path / "nbest.txt"
+    path.write_text("the cat sat on the mat\nmat the on sat cat the\n\n"
+                    "a big red tree\na big tree\nred\n")
+    rows, summary = _scored(helpers.run_tool("score_text.py",
+                                             f"--workdir={electric['workdir']}",
+                                             f"--input={path}", "--pairs"))
+    packer = packer_lib.TextPacker(electric["vocab"], SEQ, lower_case=True)
+    texts = ["the cat sat on the mat", "mat the on sat cat the", "a big red tree",
+             "a big tree", "red"]
+    expected = dict(zip(texts, export.score(electric["model"], *packer.pack(
+        tf.constant(texts)))["score"].numpy().tolist()))
+    assert sorted(text for _, text in rows) == sorted(texts)
+    for score, text in rows:
+        assert score == pytest.approx(expected[text], abs=1e-3)
+    groups = [rows[:2], rows[2:]]
+    assert all([s for s, _ in g] == sorted([s for s, _ in g], reverse=True) for g in groups)
+    first_best = np.mean([expected[texts[0]] > expected[texts[1]],
+                          expected[texts[2]] > max(expected[texts[3]], expected[texts[4]])])
+    assert summary["method"] == "one_pass" and summary["groups"] == 2
+    assert summary["first_best"] == pytest.approx(first_best)
+
+
+def test_score_text_computes_an_mlms_pseudo_log_likelihood(mlm, tmp_path):
+    path = tmp_path / "texts.txt"
+    path.write_text("the cat sat\na big red tree\n")
+    rows, summary = _scored(helpers.run_tool("score_text.py", f"--workdir={mlm['workdir']}",
+                                             f"--input={path}", "--batch_size=3"))
+    model, vocab = mlm["model"], mlm["vocab"]
+    packer = packer_lib.TextPacker(vocab, SEQ, lower_case=True)
+    ids, mask, segments = (t.numpy() for t in packer.pack(tf.constant(["the cat sat",
+                                                                        "a big red tree"])))
+    candidates = base.candidates({"input_mask": mask, "segment_ids": segments}).numpy()
+    for row, (score, _) in enumerate(rows):
+        total = 0.0
+        for t in np.nonzero(candidates[row])[0]:  # one masked copy per token, one by one
+            masked = ids[row:row + 1].copy()
+            masked[0, t] = vocab.mask_id
+            sequence = model.discriminator({"token_ids": masked,
+                                            "segment_ids": segments[row:row + 1],
+                                            "padding_mask": mask[row:row + 1]})
+            logits = model.discriminator_head(sequence, mask_positions=np.array([[t]]))
+            total += float(tf.nn.log_softmax(logits[0, 0])[ids[row, t]])
+        assert score == pytest.approx(total, abs=1e-3)
+    assert summary["method"] == "pseudo_log_likelihood"
+    assert summary["rows"] == int(candidates.sum()) == 3 + 4
+
+
+def test_score_text_refuses_a_group_of_one_in_one_line(electric, tmp_path):
+    path = tmp_path / "nbest.txt"
+    path.write_text("a cat\na dog\n\nalone\n")
+    line = helpers.one_line_error(helpers.run_tool(
+        "score_text.py", f"--workdir={electric['workdir']}", f"--input={path}", "--pairs"))
+    assert f"{path}:4: a group of one hypothesis" in line
