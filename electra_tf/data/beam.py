@@ -269,9 +269,6 @@ def write_pretraining_data(
     try:
         for folder in ("shards", "progress", "errors"):
             tf.io.gfile.makedirs(job.path(folder))
-        # The runner relays the workers' logs, a failure's traceback too: the error is ours
-        # to tell (`_run`), as one line.
-        std_logging.getLogger("apache_beam").setLevel(std_logging.CRITICAL)
         _run(_pipeline(source, options, job), job, None if "tfds" in source.source else
              lambda: progress.update(_bytes_read(job)))
         with tf.io.gfile.GFile(job.path("summary.json")) as f:
@@ -369,9 +366,11 @@ def _run(pipeline, job, report) -> None:
     """Runs `pipeline` to its end on a thread, calling `report` (if any) every second
     meanwhile; a worker's `CorpusError` is raised here as itself.
 
-    The DirectRunner's worker processes write to this process's stderr (their start-up
-    lines, a failure's traceback): it is held aside while the pipeline runs and shown
-    only when the job fails for another reason than a bad corpus file.
+    While it runs (and only then): Beam's logger, which relays the workers' logs and a
+    failure's traceback, is quiet (the error is ours to tell, as one line), and what the
+    DirectRunner's worker processes write to the stderr they inherit (their start-up
+    lines, a failure's traceback) is held aside (`_workers_stderr_held`), shown only when
+    the job fails for another reason than a bad corpus file.
     """
     failure = []
 
@@ -381,30 +380,75 @@ def _run(pipeline, job, report) -> None:
         except BaseException as e:  # pylint: disable=broad-except
             failure.append(e)
 
-    with tempfile.TemporaryFile() as held:
-        sys.stderr.flush()
-        stderr = os.dup(2)
-        os.dup2(held.fileno(), 2)
-        try:
-            thread = threading.Thread(target=run, name="beam-pipeline", daemon=True)
-            thread.start()
-            while thread.is_alive():
-                thread.join(1.0)
-                if report and thread.is_alive():
-                    report()
-        finally:
-            sys.stderr.flush()
-            os.dup2(stderr, 2)
-            os.close(stderr)
-        if not failure:
-            return
-        messages = sorted(tf.io.gfile.listdir(job.path("errors")))
-        if messages:
-            with tf.io.gfile.GFile(job.path("errors", messages[0])) as f:
-                raise corpus.CorpusError(f.read()) from failure[0]
-        held.seek(0)
-        sys.stderr.write(held.read().decode("utf-8", "replace")[-20_000:])
-        raise failure[0]
+    beam_logger = std_logging.getLogger("apache_beam")
+    level = beam_logger.level
+    beam_logger.setLevel(std_logging.CRITICAL)
+    try:
+        with tempfile.TemporaryFile() as held:
+            with _workers_stderr_held(held):
+                thread = threading.Thread(target=run, name="beam-pipeline", daemon=True)
+                thread.start()
+                while thread.is_alive():
+                    thread.join(1.0)
+                    if report and thread.is_alive():
+                        report()
+            if not failure:
+                return
+            held.seek(0)
+            workers = held.read().decode("utf-8", "replace")[-20_000:]
+    finally:
+        beam_logger.setLevel(level)
+    _raise_failure(failure[0], job, workers)
+
+
+@contextlib.contextmanager
+def _workers_stderr_held(held):
+    """File descriptor 2 points at `held` (a file), so that the processes started
+    meanwhile write their stderr there; this process's own Python output (`sys.stderr`
+    and the logging handlers that write to it: absl's, a warning of the driver's) keeps
+    going to the real stderr. Everything is as it was after."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    driver = os.fdopen(os.dup(saved), "w", buffering=1, encoding="utf-8",
+                       errors="backslashreplace")
+    previous = sys.stderr
+    handlers = [h for h in _logging_handlers() if _writes_to_fd_2(h)]
+    os.dup2(held.fileno(), 2)
+    sys.stderr = driver
+    streams = [handler.setStream(driver) for handler in handlers]
+    try:
+        yield
+    finally:
+        for handler, stream in zip(handlers, streams):
+            handler.setStream(stream)
+        sys.stderr = previous
+        driver.close()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _logging_handlers() -> list:
+    """The root logger's handlers, and what absl's handler writes through."""
+    handlers = list(std_logging.getLogger().handlers)
+    return handlers + [h.python_handler for h in handlers if hasattr(h, "python_handler")]
+
+
+def _writes_to_fd_2(handler) -> bool:
+    try:
+        return handler.stream.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # not a stream handler, or no file
+        return False
+
+
+def _raise_failure(failure, job, workers: str) -> None:
+    """The pipeline's `failure`: a worker's `CorpusError` as itself, else what the
+    workers wrote to stderr (`workers`), then Beam's error."""
+    messages = sorted(tf.io.gfile.listdir(job.path("errors")))
+    if messages:
+        with tf.io.gfile.GFile(job.path("errors", messages[0])) as f:
+            raise corpus.CorpusError(f.read()) from failure
+    sys.stderr.write(workers)
+    raise failure
 
 
 def _remove(path: str) -> None:

@@ -227,3 +227,41 @@ def test_tool_names_a_bad_file_met_by_a_worker_process(tmp_path):
         f"--beam_pipeline_options={TWO_WORKERS}")
     assert "bad.txt.gz: cannot read line 1" in helpers.one_line_error(result)
     assert os.listdir(tmp_path / "out") == []
+
+
+_HELD_SCRIPT = r"""
+import logging as std_logging, os, sys, tempfile, types
+from absl import logging
+from electra_tf.data import beam
+beam_logger = std_logging.getLogger("apache_beam")
+beam_logger.setLevel(std_logging.INFO)
+with tempfile.TemporaryFile() as held:
+    with beam._workers_stderr_held(held):
+        os.system("echo worker-line >&2")  # a process started meanwhile: held
+        logging.warning("driver-warning")  # the driver's own: shown
+        print("driver-print", file=sys.stderr)
+    held.seek(0)
+    print("HELD", held.read().decode().split())
+print("after", file=sys.stderr)
+levels = []
+job = types.SimpleNamespace(run=lambda: types.SimpleNamespace(
+    wait_until_finish=lambda: levels.append(beam_logger.level)))
+beam._run(job, None, None)
+print("LEVELS", levels, beam_logger.level)
+"""
+
+
+def test_only_the_runs_workers_are_quiet():
+    """Beam's logger is quiet and the worker processes' stderr held aside while the
+    pipeline runs, and only then: the driver's own warnings reach stderr meanwhile, and
+    the process's logging and file descriptors are as they were after."""
+    result = subprocess.run([sys.executable, "-c", _HELD_SCRIPT], cwd=helpers.ROOT,
+                            capture_output=True, text=True, timeout=300,
+                            env=helpers.child_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "HELD ['worker-line']" in result.stdout
+    assert "worker-line" not in result.stderr
+    for line in ("driver-warning", "driver-print", "after"):
+        assert line in result.stderr, line
+    # CRITICAL (50) while it ran, INFO (20) again after.
+    assert "LEVELS [50] 20" in result.stdout, result.stdout
