@@ -186,6 +186,19 @@ class AttentionCoreHook:
         return self.attention_core(*args, **kwargs)
 
 
+def swap_class(layer, cls) -> None:
+    """Makes the built library `layer` an instance of `cls`, in place. keras-hub's blocks
+    build their own Dense, EinsumDense, MultiHeadAttention and Dropout layers, with no hook
+    to build ours instead; our subclasses of them (`remat.ActivationFirstDense`,
+    `SelectiveAttention`, `OutputProjection`, `dropout.HashDropout`) override how they
+    compute. `cls.__init__` never runs: what `cls` reads must be the library class's own
+    state (or what the caller sets after), which tests/test_compat.py checks."""
+    if type(layer) not in cls.__mro__[1:]:
+        raise TypeError(f"{layer.name}: {cls.__name__} does not extend its class. "
+                        f"Received: `{type(layer).__name__}`")
+    layer.__class__ = cls
+
+
 def attention_dropout(attention):
     """The `Dropout` on a `MultiHeadAttention`'s attention probabilities (built with it)."""
     return attention._dropout_layer  # pylint: disable=protected-access

@@ -348,6 +348,29 @@ def test_remat_and_dropout_swaps_happen_on_a_model():
     assert not [x for x in compat.sublayers(encoder) if type(x) is keras.layers.Dropout]  # noqa: E721
 
 
+def test_swap_class_keeps_the_layer_and_our_swaps_go_through_it(monkeypatch):
+    """`swap_class` changes a built layer's class and nothing else (the same object, its
+    weights, its config), refuses a class that does not extend the layer's, and every
+    class swap of the model's (remat.prepare, dropout.use_hash_dropout) goes through it:
+    three per block for recomputation, and its three dropouts."""
+    dense = keras.layers.Dense(3)
+    dense.build((None, 2))
+    weights, config = [w.numpy() for w in dense.weights], dense.get_config()
+    compat.swap_class(dense, remat.ActivationFirstDense)
+    dense.input_activation = keras.activations.gelu
+    assert type(dense) is remat.ActivationFirstDense  # noqa: E721
+    assert [w.numpy().tolist() for w in dense.weights] == [w.tolist() for w in weights]
+    assert {k: v for k, v in dense.get_config().items() if k in config} == config
+    with pytest.raises(TypeError, match="HashDropout does not extend its class"):
+        compat.swap_class(keras.layers.Dense(3), dropout_lib.HashDropout)
+    calls = counting(monkeypatch, compat, "swap_class")
+    encoder, _ = _tiny_encoder()
+    swapped = collections.Counter(cls.__name__ for _, cls in calls)
+    blocks = len(encoder.blocks)
+    assert swapped == {"ActivationFirstDense": blocks, "SelectiveAttention": blocks,
+                       "OutputProjection": blocks, "HashDropout": 3 * blocks}, swapped
+
+
 def test_a_swapped_dropout_has_what_hash_dropout_reads():
     """`use_hash_dropout` swaps the class of Keras' Dropouts: HashDropout's __init__ never
     runs on them, so what it reads must be Keras' Dropout's own state (or a class

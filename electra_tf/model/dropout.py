@@ -121,7 +121,7 @@ def use_hash_dropout(layer: keras.layers.Layer) -> int:
         if type(sub) is keras.layers.Dropout:  # pylint: disable=unidiomatic-typecheck
             if sub.noise_shape is not None:
                 raise ValueError(f"{sub.path}: HashDropout does not support noise_shape")
-            sub.__class__ = HashDropout
+            compat.swap_class(sub, HashDropout)
             count += 1
     return count
 

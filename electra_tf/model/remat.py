@@ -95,14 +95,14 @@ def prepare(block) -> None:
                 None, keras.activations.linear):
             raise ValueError(f"{block.name}: expected a plain output Dense. Received: "
                              f"`{type(second).__name__}` with {second.activation}")
-        second.__class__ = ActivationFirstDense
+        compat.swap_class(second, ActivationFirstDense)
         second.input_activation = first.activation
         first.activation = keras.activations.linear
     if type(attention) is keras.layers.MultiHeadAttention:  # noqa: E721
-        attention.__class__ = SelectiveAttention
+        compat.swap_class(attention, SelectiveAttention)
         projection = attention.output_dense
         if type(projection) is keras.layers.EinsumDense:  # noqa: E721
-            projection.__class__ = OutputProjection
+            compat.swap_class(projection, OutputProjection)
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
