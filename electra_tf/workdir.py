@@ -116,7 +116,7 @@ def write_text(workdir: str, name: str, text: str | bytes) -> str:
     are written as they are (a PNG)."""
     file = path(workdir, name)
     tf.io.gfile.makedirs(os.path.dirname(file))
-    tmp = file + ".tmp"
+    tmp = aside(file)
     with tf.io.gfile.GFile(tmp, "wb" if isinstance(text, bytes) else "w") as f:
         f.write(text)
     tf.io.gfile.rename(tmp, file, overwrite=True)
@@ -131,14 +131,56 @@ def copy_vocab(workdir: str, vocab_file: str) -> str:
     """WORKDIR/vocab.txt: a copy of `vocab_file` (whole or not at all) unless it is that
     file; returns its path."""
     copy = path(workdir, VOCAB)
-    if os.path.abspath(vocab_file) != os.path.abspath(copy):
-        tf.io.gfile.copy(vocab_file, copy + ".tmp", overwrite=True)
-        tf.io.gfile.rename(copy + ".tmp", copy, overwrite=True)
+    if absolute(vocab_file) != absolute(copy):
+        tf.io.gfile.copy(vocab_file, aside(copy), overwrite=True)
+        tf.io.gfile.rename(aside(copy), copy, overwrite=True)
     return copy
+
+
+def aside(file: str, tag: str = "tmp") -> str:
+    """Where `file` (or a folder) is written before its rename into place: DIR/.NAME.TAG.
+    Not NAME.TAG: a name that extends the target's breaks file systems whose exists()
+    matches by prefix (TF's `ram://` says DIR/NAME exists while DIR/NAME.tmp does, and a
+    rename onto it then fails); the dot also hides it from `ls` and TF Serving's scan."""
+    directory, name = os.path.split(file.rstrip("/"))
+    return os.path.join(directory, f".{name}.{tag}")
+
+
+def rename_folder(source: str, target: str, last: str) -> None:
+    """Renames the folder `source` to `target`, which must not exist: one atomic rename
+    on a local disk; on a URL file system file by file, `last` (a file of `source`, e.g.
+    saved_model.pb) after the others, so that a reader waiting for it finds the rest (an
+    object store has no folder to rename, and `ram://` renames the folder's entry alone)."""
+    if _is_local(source):
+        tf.io.gfile.rename(source, target)
+        return
+    source = source.rstrip("/")
+    # Only what is there: `ram://` lists DIR/assets.extra/F under DIR/assets as ".extra".
+    files = sorted((path[len(source) + 1:] for path in (
+        os.path.join(folder, name) for folder, _, names in tf.io.gfile.walk(source)
+        for name in names) if tf.io.gfile.exists(path)), key=lambda name: name == last)
+    for name in files:
+        tf.io.gfile.makedirs(os.path.dirname(os.path.join(target, name)))
+        tf.io.gfile.rename(os.path.join(source, name), os.path.join(target, name))
+    try:
+        tf.io.gfile.rmtree(source)
+    except tf.errors.NotFoundError:  # `ram://`, deleting what its listing made up
+        pass
 
 
 def _is_local(path: str) -> bool:
     return "://" not in path
+
+
+def is_absolute(path: str) -> bool:
+    """Whether `path` names the same file from any working directory: `/a/b`, or a URL
+    (`gs://b/a`, `ram://a`), which `os.path.isabs` calls relative."""
+    return not _is_local(path) or os.path.isabs(path)
+
+
+def absolute(path: str) -> str:
+    """`path` from any working directory (a URL as it is)."""
+    return path if is_absolute(path) else os.path.abspath(path)
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -257,7 +299,7 @@ class Lock:
     # ------------------------------------------------------------------ taking it
     def _create(self, holder: dict) -> bool:
         """Writes the lock file if there is none; whether this call made it."""
-        tmp = f"{self.path}.{self.token}.tmp"
+        tmp = aside(self.path, f"{self.token}.tmp")
         with tf.io.gfile.GFile(tmp, "w") as f:
             f.write(json.dumps(holder, indent=2) + "\n")
         try:
@@ -296,21 +338,21 @@ class Lock:
         """Moves the stale lock aside, if it is still the one read as `stale`: of two runs
         taking over at once, only one moves it (a rename is atomic), and neither removes
         a lock the other has just made."""
-        aside = f"{self.path}.{self.token}.stale"
+        moved_aside = aside(self.path, f"{self.token}.stale")
         try:
-            tf.io.gfile.rename(self.path, aside, overwrite=False)
+            tf.io.gfile.rename(self.path, moved_aside, overwrite=False)
         except (tf.errors.NotFoundError, FileNotFoundError):
             return  # another run moved it first: `_create` says who won
         try:
-            with tf.io.gfile.GFile(aside) as f:
+            with tf.io.gfile.GFile(moved_aside) as f:
                 moved = json.load(f)
         except (ValueError, tf.errors.OpError):
             moved = {}
         if stale and moved.get("token") != stale.get("token"):
             # A new lock was made between our read and the rename: put it back.
-            tf.io.gfile.rename(aside, self.path, overwrite=False)
+            tf.io.gfile.rename(moved_aside, self.path, overwrite=False)
             return
-        tf.io.gfile.remove(aside)
+        tf.io.gfile.remove(moved_aside)
 
     def acquire(self) -> "Lock":
         self._made_workdir = prepare(self.workdir, self.flag)
@@ -356,7 +398,7 @@ class Lock:
                                   "into %s", self.path, _describe(holder or {}), self.workdir)
                     return
                 holder["heartbeat"] = time.time()
-                tmp = f"{self.path}.{self.token}.tmp"
+                tmp = aside(self.path, f"{self.token}.tmp")
                 with tf.io.gfile.GFile(tmp, "w") as f:
                     f.write(json.dumps(holder, indent=2) + "\n")
                 tf.io.gfile.rename(tmp, self.path, overwrite=True)
@@ -401,13 +443,14 @@ def _describe(holder: dict) -> str:
 
 # Left by a run killed while writing: TF's checkpoint state file written aside
 # (checkpoint.tmp<hex>), a checkpoint's shards before their merge (ckpt-N_temp/), and the
-# run's own files written aside (`write_text`: NAME.tmp). Only names a run writes: a
-# workdir may be a folder that holds the user's own *.tmp files.
-_PARTIAL = tuple(f"{name}.tmp" for name in (CONFIG, VOCAB, RESULTS, PRETRAINED, CONVERTED)) + (
+# run's own files written aside (`write_text`: .NAME.tmp; NAME.tmp before `aside`). Only
+# names a run writes: a workdir may be a folder that holds the user's own *.tmp files.
+_PARTIAL = tuple(pattern.format(name) for name in (CONFIG, VOCAB, RESULTS, PRETRAINED, CONVERTED)
+                 for pattern in (".{}.tmp", "{}.tmp")) + (
     f"{CHECKPOINTS}/checkpoint.tmp*", f"{CHECKPOINTS}/*_temp", f"{CHECKPOINTS}/*_temp_*",
     f"{BEST}/*_temp", f"{BEST}/*_temp_*")
-# A run killed while taking the lock leaves LOCK_FILE.<token>.tmp or .stale; one younger
-# than this may be another run's, taking it right now.
+# A run killed while taking the lock leaves .LOCK_FILE.<token>.tmp or .stale (before
+# `aside`: LOCK_FILE.<token>.…); one younger than this may be another run's, taking it now.
 _LOCK_LEFTOVER_SECS = 60
 
 
@@ -415,7 +458,8 @@ def remove_partial_files(workdir: str) -> list[str]:
     """Removes what a killed run left half-written in `workdir` (call it holding the
     workdir's `Lock`); returns the paths removed."""
     found = [p for pattern in _PARTIAL for p in tf.io.gfile.glob(os.path.join(workdir, pattern))]
-    for leftover in tf.io.gfile.glob(os.path.join(workdir, f"{LOCK_FILE}.*")):
+    for leftover in (tf.io.gfile.glob(os.path.join(workdir, f".{LOCK_FILE}.*"))
+                     + tf.io.gfile.glob(os.path.join(workdir, f"{LOCK_FILE}.*"))):
         try:
             age = time.time() - tf.io.gfile.stat(leftover).mtime_nsec / 1e9
         except tf.errors.NotFoundError:

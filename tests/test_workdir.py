@@ -45,6 +45,30 @@ def test_a_second_lock_is_refused_naming_the_holder(tmp_path):
     workdir_lib.Lock(run).acquire().release()  # free again
 
 
+def test_on_a_url_file_system_the_lock_holds_and_files_are_written_whole():
+    """TF's `ram://`, whose exists() matches by prefix (DIR/NAME exists while DIR/NAME.x
+    does): the lock, its refusal, its takeover and the files written aside must not
+    write NAME-prefixed temporaries (gs:// runs take the same paths)."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    run = f"ram://workdir_test_{os.getpid()}/run"
+    with workdir_lib.Lock(run) as lock:
+        assert workdir_lib.Lock(run)._read()["token"] == lock.token  # pylint: disable=protected-access
+        with pytest.raises(errors.UserError, match=r"in use by another run \(pid "):
+            workdir_lib.Lock(run).acquire()
+        workdir_lib.write_json(run, workdir_lib.CONFIG, {"a": 1})
+        workdir_lib.write_json(run, workdir_lib.CONFIG, {"a": 2})  # over the first
+        assert workdir_lib.read_json(run, workdir_lib.CONFIG) == {"a": 2}
+        assert sorted(tf.io.gfile.listdir(run)) == ["config.json", "lock.json"]
+    assert not tf.io.gfile.exists(workdir_lib.path(run, workdir_lib.LOCK_FILE))
+    # A lock left by a process that is gone is taken over there too.
+    with tf.io.gfile.GFile(workdir_lib.path(run, workdir_lib.LOCK_FILE), "w") as f:
+        json.dump({"host": socket.gethostname(), "pid": _gone_pid(), "heartbeat": time.time(),
+                   "token": "someone-else"}, f)
+    with workdir_lib.Lock(run) as lock:
+        assert workdir_lib.Lock(run)._read()["token"] == lock.token  # pylint: disable=protected-access
+    tf.io.gfile.rmtree(os.path.dirname(run))
+
+
 def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path):
     run = str(tmp_path / "run")
     _write_holder(run, pid=_gone_pid())
@@ -119,15 +143,17 @@ def test_half_written_files_are_removed_and_nothing_else(tmp_path):
     for name in ("checkpoint.tmp0123abcd", "checkpoint", "ckpt-10.index",
                  "ckpt-10.data-00000-of-00001"):
         (checkpoints / name).write_bytes(b"")
-    for name in ("config.json.tmp", "config.json", "vocab.txt", "notes.tmp",
-                 "lock.json.old.tmp", "lock.json.new.tmp"):
+    # Both spellings of a file written aside: .NAME.tmp (`aside`), NAME.tmp (before it).
+    for name in (".config.json.tmp", "config.json.tmp", "config.json", "vocab.txt",
+                 "notes.tmp", ".lock.json.old.tmp", "lock.json.old.tmp", "lock.json.new.tmp"):
         (run / name).write_text("")
     old = time.time() - 3600
-    os.utime(run / "lock.json.old.tmp", (old, old))  # a run killed while taking the lock
+    for name in (".lock.json.old.tmp", "lock.json.old.tmp"):  # killed taking the lock
+        os.utime(run / name, (old, old))
     removed = workdir_lib.remove_partial_files(str(run))
     assert sorted(os.path.relpath(p, run) for p in removed) == [
-        "checkpoints/checkpoint.tmp0123abcd", "checkpoints/ckpt-20_temp", "config.json.tmp",
-        "lock.json.old.tmp"]
+        ".config.json.tmp", ".lock.json.old.tmp", "checkpoints/checkpoint.tmp0123abcd",
+        "checkpoints/ckpt-20_temp", "config.json.tmp", "lock.json.old.tmp"]
     assert sorted(os.listdir(checkpoints)) == [
         "checkpoint", "ckpt-10.data-00000-of-00001", "ckpt-10.index"]
     # The user's own file, and a lock being taken right now, stay.

@@ -251,7 +251,7 @@ def write_pretraining_data(
     tf.io.gfile.makedirs(output_dir)
 
     names = [SHARD_PATTERN.format(i, num_shards) for i in range(num_shards)]
-    shards = [ShardFile(os.path.join(output_dir, name + ".tmp")) for name in names]
+    shards = [ShardFile(workdir_lib.aside(os.path.join(output_dir, name))) for name in names]
     progress, read = corpus.progress_of(source, log)
     failures = []  # exceptions raised on tf.data threads, re-raised here
     tokenized = _tokenized_batches(source.lines, encoder.tokenizer, failures)
@@ -296,7 +296,7 @@ def manifest_fields(counts: dict, max_seq_length: int, seed: int, vocab, lower_c
         **counts,
         "max_seq_length": max_seq_length,
         "seed": seed,
-        "vocab": {"file": os.path.abspath(vocab.path), "sha256": vocab.sha256,
+        "vocab": {"file": workdir_lib.absolute(vocab.path), "sha256": vocab.sha256,
                   "size": vocab.size},
         "tokenizer": tokenizer_settings(lower_case),
         "source": source,

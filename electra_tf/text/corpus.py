@@ -18,6 +18,7 @@ be read at all raises `CorpusError` naming the file.
 """
 
 import ast
+import contextlib
 import dataclasses
 import glob
 import gzip
@@ -29,9 +30,11 @@ import zlib
 from typing import Callable, Iterable, Iterator
 
 from icu4py import breakers as icu_breakers
+import tensorflow as tf
 
 from electra_tf import errors
 from electra_tf import progress as progress_lib
+from electra_tf import workdir as workdir_lib
 
 # A line this long is cut: no example keeps more than `max_seq_length` wordpieces of a
 # sentence anyway, and a multi-megabyte "sentence" would only cost memory.
@@ -222,21 +225,42 @@ def documents_to_lines(documents: Iterable[list[str]]) -> Iterator[str]:
 
 
 def write_corpus(lines: Iterable[str], path: str) -> int:
-    """Writes corpus lines to `path` atomically; returns the number of documents."""
-    tmp = path + ".tmp"
+    """Writes corpus lines to `path` (a file or a URL) atomically; returns the number of
+    documents."""
+    tmp = workdir_lib.aside(path)
     documents = 0
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tf.io.gfile.makedirs(os.path.dirname(path) or ".")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        with tf.io.gfile.GFile(tmp, "w") as f:
             for line in lines:
                 f.write(line + "\n")
                 documents += not line
-        os.replace(tmp, path)
+        tf.io.gfile.rename(tmp, path, overwrite=True)
     except BaseException:
-        if os.path.exists(tmp):  # no half-written corpus left beside the output
-            os.remove(tmp)
+        if tf.io.gfile.exists(tmp):  # no half-written corpus left beside the output
+            tf.io.gfile.remove(tmp)
         raise
     return documents
+
+
+def _is_url(path: str) -> bool:
+    return "://" in path
+
+
+def _size(path: str) -> int:
+    return tf.io.gfile.stat(path).length if _is_url(path) else os.path.getsize(path)
+
+
+@contextlib.contextmanager
+def _open_binary(path: str):
+    """`path` for reading bytes (`.gz` decompressed): Python's own file on a local disk
+    (its readline is the faster), tf.io.gfile's for a URL (gs://)."""
+    with (tf.io.gfile.GFile(path, "rb") if _is_url(path) else open(path, "rb")) as raw:
+        if not path.endswith(".gz"):
+            yield raw
+            return
+        with gzip.GzipFile(fileobj=raw) as f:
+            yield f
 
 
 # ---------------------------------------------------------------------------- user files
@@ -248,9 +272,14 @@ def expand_globs(pattern: str) -> list[str]:
     for part in (p.strip() for p in pattern.split(",")):
         if not part:
             continue
-        found = glob.glob(part, recursive=True)
-        matches = sorted(p for p in found if os.path.isfile(p))
-        folders = sorted(p for p in found if os.path.isdir(p))
+        if _is_url(part):  # gs://: tf.io.gfile's glob (no `**`)
+            found = tf.io.gfile.glob(part)
+            folders = sorted(p for p in found if tf.io.gfile.isdir(p))
+            matches = sorted(set(found) - set(folders))
+        else:
+            found = glob.glob(part, recursive=True)
+            matches = sorted(p for p in found if os.path.isfile(p))
+            folders = sorted(p for p in found if os.path.isdir(p))
         if not matches and folders:  # `--input=DIR`: the files in it were meant
             raise CorpusError(f"--input: {folders[0]} is a directory; give its files, "
                               f"e.g. --input='{os.path.join(folders[0], '*.txt')}'")
@@ -291,7 +320,7 @@ def split_files(paths: list[str], range_bytes: int) -> list[FileRange]:
     cannot be entered in the middle), in file order."""
     ranges = []
     for path in paths:
-        size = os.path.getsize(path)
+        size = _size(path)
         if path.endswith(".gz") or size <= range_bytes:
             ranges.append(FileRange(path))
             continue
@@ -306,11 +335,10 @@ def read_range(part: FileRange, stats: CorpusStats) -> Iterator[str]:
     `path@byte B` (where the line begins) in the others."""
     path, start, end = part.path, part.start, part.end
     stats.files += not start
-    opener = gzip.open if path.endswith(".gz") else open
     n = 0
     line_start = position = start
     try:
-        with opener(path, "rb") as f:
+        with _open_binary(path) as f:
             if start:  # to the first line that begins at `start` or later ...
                 f.seek(start - 1)
                 position += len(f.readline()) - 1
@@ -337,7 +365,7 @@ def read_range(part: FileRange, stats: CorpusStats) -> Iterator[str]:
                 yield line
                 if not line and end is not None and line_start >= end:
                     break  # the next range starts after this blank line
-    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+    except (OSError, EOFError, zlib.error, tf.errors.OpError) as e:  # BadGzipFile: an OSError
         line = f"line {n + 1}" if not start else f"the line at byte {line_start}"
         raise CorpusError(f"{path}: cannot read {line}: {e}") from e
     if n == 0 and not start:
@@ -471,7 +499,7 @@ def open_corpus(input_pattern: str | None = None, tfds_name: str | None = None,
         source = {"tfds": tfds_name, "tfds_data_dir": tfds_data_dir, "text_key": tfds_text_key}
         return Corpus(lines, stats, None, source)
     paths = expand_globs(input_pattern)
-    sizes = [os.path.getsize(p) for p in paths]
+    sizes = [_size(p) for p in paths]
     # Progress counts decompressed bytes, so the on-disk size of a .gz is no total.
     compressed = any(p.endswith(".gz") for p in paths)
     estimate = sum(size * (4 if p.endswith(".gz") else 1) for p, size in zip(paths, sizes))

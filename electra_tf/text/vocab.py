@@ -18,6 +18,7 @@ import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
 
 from electra_tf import progress
+from electra_tf import workdir as workdir_lib
 from electra_tf.text import tokenizer
 
 
@@ -84,7 +85,7 @@ def write_vocab(tokens: list[str], path: str) -> None:
     directory = os.path.dirname(path)
     if directory:
         tf.io.gfile.makedirs(directory)
-    tmp = path + ".tmp"
+    tmp = workdir_lib.aside(path)
     try:
         with tf.io.gfile.GFile(tmp, "w") as f:
             f.write("".join(t + "\n" for t in tokens))

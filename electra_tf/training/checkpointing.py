@@ -42,7 +42,8 @@ def restore_newest(directory: str, restore: Callable[[str], Any]) -> tuple[str |
     paths = list(state.all_model_checkpoint_paths) if state else []
     if state and state.model_checkpoint_path and state.model_checkpoint_path not in paths:
         paths.append(state.model_checkpoint_path)
-    paths = [p if os.path.isabs(p) else os.path.join(directory, p) for p in paths]
+    # TF makes them absolute; "gs://…" is absolute too, though os.path.isabs says no.
+    paths = [p if workdir_lib.is_absolute(p) else os.path.join(directory, p) for p in paths]
     for path in reversed(paths):
         try:
             return path, restore(path)
@@ -64,7 +65,11 @@ def restore(trainer, checkpoint, directory) -> str | None:
     before some of the algorithm's items existed starts those afresh.
     """
     def restore_one(path):
-        saved = {name.split("/")[0] for name, _ in tf.train.list_variables(path)}
+        # The reader of the prefix itself: tf.train.list_variables first asks isdir(path),
+        # which `ram://` answers yes for a prefix of ckpt-N.index, and then looks for a
+        # state file inside it.
+        saved = {name.split("/")[0] for name in
+                 tf.compat.v1.train.NewCheckpointReader(path).get_variable_to_shape_map()}
         items = trainer.algorithm.checkpoint_items()
         missing = sorted(set(items) - saved)
         restoring = checkpoint if "optimizer" in saved and not missing else (

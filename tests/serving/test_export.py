@@ -39,7 +39,7 @@ def test_tf_serving_layout(exported):
     names = set(os.listdir(exported))
     assert {"saved_model.pb", "variables", "assets", "assets.extra"} <= names
     assert os.listdir(os.path.join(exported, "assets")) == ["vocab.txt"]
-    assert not os.path.exists(exported + ".partial")
+    assert sorted(os.listdir(os.path.dirname(exported))) == [os.path.basename(exported)]
     # Only the product is exported: no generator variable.
     reader = tf.train.load_checkpoint(os.path.join(exported, "variables", "variables"))
     assert not [k for k in reader.get_variable_to_shape_map() if "generator" in k]
@@ -158,9 +158,9 @@ def test_a_crash_mid_export_leaves_no_version_and_the_next_export_works(run, tmp
     monkeypatch.setattr(export, "write_warmup", crash)
     with pytest.raises(KeyboardInterrupt):
         export.export_run(run["workdir"], str(output))
-    # TF Serving loads numeric version directories only: "3.partial" is never loaded.
+    # TF Serving loads numeric version directories only: ".3.partial" is never loaded.
     assert not output.exists()
-    assert sorted(os.listdir(output.parent)) == ["3.partial"]
+    assert sorted(os.listdir(output.parent)) == [".3.partial"]
     monkeypatch.undo()
     export.export_run(run["workdir"], str(output))
     assert sorted(os.listdir(output.parent)) == ["3"]

@@ -86,6 +86,18 @@ def test_restore_newest_any_checkpoint(tmp_path):
             directory, lambda p: checkpoint.restore(p).assert_existing_objects_matched())
 
 
+def test_checkpoints_on_a_url_file_system_restore():
+    """gs:// (a TPU run's workdir) as TF's `ram://` stands for it: the state file names
+    ram://…/ckpt-N, which os.path.isabs calls relative; it must not be joined again."""
+    directory = f"ram://checkpointing_test_{os.getpid()}/checkpoints"
+    _save(directory, [1, 2])
+    run = _Run()
+    path = checkpointing.restore(run, checkpointing.checkpoint_of(run), directory)
+    assert path == f"{directory}/ckpt-2" and int(run.step.numpy()) == 2
+    np.testing.assert_array_equal(run.model.kernel.numpy(), [2.0, -2.0])
+    tf.io.gfile.rmtree(os.path.dirname(directory))
+
+
 def test_a_converted_checkpoint_restores_the_model_and_keeps_a_fresh_optimizer(tmp_path):
     directory = str(tmp_path)
     converted = _Run(weights=(7.0, 8.0))

@@ -28,6 +28,7 @@ import math
 import os
 
 import numpy as np
+import tensorflow as tf
 
 from electra_tf.finetuning.glue import specs
 
@@ -187,7 +188,7 @@ def split_file(task: str, split: str) -> str:
 def _lines(path: str):
     """(line number, text without its line end) of a UTF-8 file; blank lines left out."""
     try:
-        with open(path, "rb") as f:
+        with tf.io.gfile.GFile(path, "rb") as f:  # gs:// too
             for n, raw in enumerate(f, start=1):
                 try:
                     line = raw.decode("utf-8")
@@ -199,8 +200,9 @@ def _lines(path: str):
                 line = line.rstrip("\r\n")
                 if line.strip(" "):  # a line of tabs is a row (of empty columns)
                     yield n, line
-    except OSError as e:
-        raise specs.GlueDataError(f"{path}: cannot read it: {e.strerror or e}") from e
+    except (OSError, tf.errors.OpError) as e:
+        reason = getattr(e, "strerror", None) or getattr(e, "message", None) or e
+        raise specs.GlueDataError(f"{path}: cannot read it: {reason}") from e
 
 
 def _columns(line: str) -> list[str]:
@@ -272,9 +274,9 @@ def _find(spec: specs.TaskSpec, name: str, data_dir: str) -> str:
     candidates = [os.path.join(data_dir, name)] + [
         os.path.join(data_dir, folder, name) for folder in spec.data_folders]
     for path in candidates:
-        if os.path.isfile(path):
+        if tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
             return path
-    if not os.path.isdir(data_dir):
+    if not tf.io.gfile.isdir(data_dir):
         raise specs.GlueDataError(f"GLUE data dir {data_dir} does not exist")
     raise specs.GlueDataError(f"no {name} for {spec.name} in {data_dir} (looked for "
                               f"{', '.join(os.path.relpath(p, data_dir) for p in candidates)})")

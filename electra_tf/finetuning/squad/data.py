@@ -22,6 +22,8 @@ import json
 import os
 import re
 
+import tensorflow as tf
+
 from electra_tf import errors
 
 # Files of each version, as SQuAD's site names them: (train, dev).
@@ -134,10 +136,11 @@ def read_json(path: str, on_bad: str = "error", train: bool = True) -> Questions
     """The questions of one of SQuAD's JSON files (v1.1 or v2.0); `train`: a training
     split (its first answers must be found in the context, see `locate`)."""
     try:
-        with open(path, "rb") as f:
+        with tf.io.gfile.GFile(path, "rb") as f:  # gs:// too
             raw = f.read()
-    except OSError as e:
-        raise SquadDataError(f"{path}: cannot read it: {e.strerror or e}") from None
+    except (OSError, tf.errors.OpError) as e:
+        reason = getattr(e, "strerror", None) or getattr(e, "message", None) or e
+        raise SquadDataError(f"{path}: cannot read it: {reason}") from None
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
@@ -212,7 +215,7 @@ def load(version: str, split: str, data_dir: str | None = None,
     if data_dir:
         name = FILES[version][0 if split == "train" else 1]
         path = os.path.join(data_dir, name)
-        if not os.path.isfile(path):
+        if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
             raise SquadDataError(f"no {name} in {data_dir}")
         return read_json(path, on_bad, train=split == "train")
     return read_tfds(version, split, tfds_data_dir, on_bad)
