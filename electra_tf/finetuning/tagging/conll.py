@@ -159,6 +159,58 @@ def _lines(path: str):
     return text.split("\n")
 
 
+class _Collector:
+    """Sentences of rows (word, tag, where), each checked (`read`'s rules): kept, or an
+    error naming `where`, or (on_bad="skip") dropped and counted."""
+
+    def __init__(self, source: str, scheme: str, types, strict: bool, on_bad: str):
+        if scheme not in SCHEMES:
+            raise TaggingDataError(f"scheme={scheme!r}: choose one of {', '.join(SCHEMES)}")
+        if on_bad not in ("error", "skip"):
+            raise TaggingDataError(f"on_bad must be 'error' or 'skip'; got {on_bad!r}")
+        self.out = Sentences([], [], [], source)
+        self.scheme, self.types, self.strict, self.on_bad = scheme, types, strict, on_bad
+
+    def _problem(self, rows) -> tuple[str, str] | None:
+        """(where, what) of the sentence's first bad tag or transition, or None."""
+        scheme = self.scheme
+        for _, tag, where in rows:
+            prefix, kind = split_tag(tag)
+            if prefix != "O" and (prefix not in PREFIXES[scheme] or not kind):
+                return where, (f"tag {tag!r} is not O or "
+                               f"{'/'.join(PREFIXES[scheme])}-TYPE ({scheme.upper()})")
+            if self.types is not None and prefix != "O" and kind not in self.types:
+                return where, (f"tag {tag!r}: the training data has no type {kind!r} (its "
+                               f"types: {', '.join(sorted(self.types)) or 'none'})")
+        tag_list = [t for _, t, _ in rows]
+        bad = first_invalid(tag_list, scheme) if self.strict else None
+        if bad is not None:
+            return rows[bad][2], (f"{tag_list[bad]!r} after "
+                                  f"{tag_list[bad - 1] if bad else 'the sentence start'!r} "
+                                  f"is not valid {scheme.upper()} (strict mode)")
+        return None
+
+    def add(self, rows, line: int, problem: tuple[str, str] | None = None) -> None:
+        """A sentence's rows; `line`: where it starts; `problem`: the reader's own."""
+        problem = problem or self._problem(rows)
+        if problem is not None:
+            message = f"{problem[0]}: {problem[1]}"
+            if self.on_bad == "error":
+                raise TaggingDataError(message)
+            self.out.skipped += 1
+            self.out.first_skipped = self.out.first_skipped or message
+        else:
+            self.out.words.append([w for w, _, _ in rows])
+            self.out.tags.append([t for _, t, _ in rows])
+            self.out.lines.append(line)
+
+    def done(self) -> Sentences:
+        if not self.out.words:
+            raise TaggingDataError(f"{self.out.source}: no sentences" + (
+                f" ({self.out.skipped} skipped)" if self.out.skipped else ""))
+        return self.out
+
+
 def read(path: str, scheme: str, types=None, strict: bool = False,
          on_bad: str = "error") -> Sentences:
     """The sentences of a CoNLL file in `scheme`. `types`: the entity types allowed (the
@@ -166,64 +218,60 @@ def read(path: str, scheme: str, types=None, strict: bool = False,
     not in `types`, a row whose column count differs from the file's first, in strict mode
     an invalid transition) is a `TaggingDataError` naming file:line, or with
     on_bad="skip" drops its sentence, counted in `skipped`."""
-    if scheme not in SCHEMES:
-        raise TaggingDataError(f"scheme={scheme!r}: choose one of {', '.join(SCHEMES)}")
-    if on_bad not in ("error", "skip"):
-        raise TaggingDataError(f"on_bad must be 'error' or 'skip'; got {on_bad!r}")
-    out = Sentences([], [], [], path)
-    columns = None
-    rows, first_line, problem = [], 0, None
-
-    def close():
-        nonlocal rows, problem
-        if rows and problem is None:
-            tag_list = [t for _, t, _ in rows]
-            bad = first_invalid(tag_list, scheme) if strict else None
-            if bad is not None:
-                problem = (rows[bad][2], f"{tag_list[bad]!r} after "
-                           f"{tag_list[bad - 1] if bad else 'the sentence start'!r} is not "
-                           f"valid {scheme.upper()} (strict mode)")
-        if problem is not None:
-            where = f"{path}:{problem[0]}: {problem[1]}"
-            if on_bad == "error":
-                raise TaggingDataError(where)
-            out.skipped += 1
-            out.first_skipped = out.first_skipped or where
-        elif rows:
-            out.words.append([w for w, _, _ in rows])
-            out.tags.append([t for _, t, _ in rows])
-            out.lines.append(first_line)
-        rows, problem = [], None
-
-    for number, line in enumerate(_lines(path), start=1):
+    collector = _Collector(path, scheme, types, strict, on_bad)
+    columns, rows, first_line, problem = None, [], 0, None
+    for number, line in enumerate(_lines(path) + [""], start=1):
         fields = line.split()
         if not fields:
-            close()
+            if rows:
+                collector.add(rows, first_line, problem)
+            rows, problem = [], None
             continue
         if fields[0] == "-DOCSTART-":
             continue
         if not rows:
             first_line = number
         columns = columns or len(fields)
-        tag = fields[-1]
-        prefix, kind = split_tag(tag)
-        if problem is not None:
-            continue
-        if len(fields) != columns or len(fields) < 2:
-            problem = (number, f"{len(fields)} columns; the file's rows have {columns} "
-                       "(a word, its columns, the tag last)")
-        elif prefix != "O" and (prefix not in PREFIXES[scheme] or not kind):
-            problem = (number, f"tag {tag!r} is not O or "
-                       f"{'/'.join(PREFIXES[scheme])}-TYPE ({scheme.upper()})")
-        elif types is not None and prefix != "O" and kind not in types:
-            problem = (number, f"tag {tag!r}: the training data has no type {kind!r} "
-                       f"(its types: {', '.join(sorted(types)) or 'none'})")
-        rows.append((fields[0], tag, number))
-    close()
-    if not out.words:
-        raise TaggingDataError(f"{path}: no sentences"
-                               + (f" ({out.skipped} skipped)" if out.skipped else ""))
-    return out
+        if problem is None and (len(fields) != columns or len(fields) < 2):
+            problem = (f"{path}:{number}", f"{len(fields)} columns; the file's rows have "
+                       f"{columns} (a word, its columns, the tag last)")
+        rows.append((fields[0], fields[-1], f"{path}:{number}"))
+    return collector.done()
+
+
+# TFDS builders of the sets (TFDS 4.9 has none for CoNLL-2000) and their split names.
+TFDS_NAMES = {"conll2003": "conll2003"}
+TFDS_SPLITS = {"train": "train", "validation": "dev", "test": "test"}
+
+
+def read_tfds(name: str, split: str, data_dir: str | None, scheme: str, types=None,
+              strict: bool = False, on_bad: str = "error") -> Sentences:
+    """`split` of the TFDS set `name` (`TFDS_NAMES`) prepared in `data_dir` (never
+    downloaded), its `ner` tags checked as `read` checks a file's."""
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    if name not in TFDS_NAMES:
+        raise TaggingDataError(f"TFDS has no {name} builder; give its CoNLL files with "
+                               "--config.data.dir")
+    where = data_dir or "TFDS's default data dir"
+    try:
+        builder = tfds.builder(TFDS_NAMES[name], data_dir=data_dir)
+        prepared = builder.is_prepared()
+    except Exception as e:  # TFDS raises many types for "not there"
+        raise TaggingDataError(f"{name}: cannot open it in {where}: "
+                               f"{(str(e).splitlines() or [type(e).__name__])[0]}") from None
+    if not prepared:
+        raise TaggingDataError(f"{name} is not prepared in {where} (nothing is downloaded "
+                               "here): prepare it with TFDS where there is network access, "
+                               "or give its CoNLL files with --config.data.dir")
+    source = f"{TFDS_NAMES[name]}:{TFDS_SPLITS[split]}"
+    names = builder.info.features["ner"].feature.names
+    collector = _Collector(source, scheme, types, strict, on_bad)
+    rows = builder.as_dataset(split=TFDS_SPLITS[split], shuffle_files=False)
+    for i, row in enumerate(rows.as_numpy_iterator()):
+        if len(row["tokens"]) and row["tokens"][0] != b"-DOCSTART-":
+            collector.add([(w.decode("utf-8"), names[t], f"{source}: sentence {i}, word {j}")
+                           for j, (w, t) in enumerate(zip(row["tokens"], row["ner"]))], i)
+    return collector.done()
 
 
 def write(words, gold, predicted) -> str:

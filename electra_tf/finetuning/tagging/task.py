@@ -1,11 +1,12 @@
 """Token tagging (named entities, chunking) as members of the task family (`task.Task`).
 
-    CoNLL files in config.data.dir (conll.py: train, dev, test; the entity types from
-    the training file, written to config.json's model.entity_types) ─► the tags as
-    spans ─► the model's labels (model.label_scheme: BIOES, the original's encoding) ─►
-    serving/tagging_windows.py: WordPieces, windows of max_seq_length every `stride`
-    pieces, the label on each word's first piece in the window that owns it ─► Tagger
-    (dense per token) ─► cross-entropy summed over the labelled pieces
+    CoNLL files in config.data.dir, or TFDS conll2003 prepared locally (conll.py:
+    train, dev, test; the entity types from the training file, written to config.json's
+    model.entity_types) ─► the tags as spans ─► the model's labels (model.label_scheme:
+    BIOES, the original's encoding) ─► serving/tagging_windows.py: WordPieces, windows
+    of max_seq_length every `stride` pieces, the label on each word's first piece in the
+    window that owns it ─► Tagger (dense per token) ─► cross-entropy summed over the
+    labelled pieces
     dev: each word's predicted label ─► spans ─► tags in the files' scheme ─► conlleval's
     entity P/R/F1 (overall, per type) and token accuracy ─► predictions.txt ("word gold
     predicted", conlleval's input) in the run dir ─► export_tagging (raw text or words)
@@ -70,7 +71,7 @@ class TaggingTask(task_lib.Task):
             if value not in conll.SCHEMES:
                 raise errors.UserError(f"config.{key}={value!r}: choose one of "
                                        f"{', '.join(conll.SCHEMES)}")
-        if not data.dir:
+        if not data.dir and self.name not in conll.TFDS_NAMES:
             raise errors.UserError("config.data.dir is empty: give the directory of the "
                                    "CoNLL files (train.txt, dev.txt[, test.txt])")
         windows_lib.check_geometry(data.max_seq_length, self.stride)
@@ -85,6 +86,9 @@ class TaggingTask(task_lib.Task):
 
     def _read(self, split: str, types) -> conll.Sentences:
         data = self.config.data
+        if not data.dir:  # conll2003 prepared by TFDS (check_config)
+            return conll.read_tfds(self.name, split, data.tfds_data_dir or None, data.scheme,
+                                   types, data.strict, data.on_bad)
         path = conll.find(data.dir, split)
         if path is None:
             names = " or ".join(conll.FILES[split])

@@ -49,11 +49,12 @@ def sentences(n: int, seed: int, long_every: int = 0):
 
 
 def write(path: str, items, scheme: str = "iob2", columns: int = 2, docstart=True):
-    """A CoNLL file (gzipped if `path` ends in .gz): `columns` per row, the tag last."""
+    """A CoNLL file (gzipped if `path` ends in .gz): `columns` per row, the tag last (the
+    columns between: a POS tag and a chunk tag, as CoNLL-2003's files have them)."""
     lines = ["-DOCSTART- -X- O", ""] if docstart else []
     for words, spans in items:
         for word, tag in zip(words, conll.tags(spans, len(words), scheme)):
-            lines.append(" ".join([word] + ["X"] * (columns - 2) + [tag]))
+            lines.append(" ".join([word] + ["NN", "O"][:columns - 2] + [tag]))
         lines.append("")
     data = ("\n".join(lines) + "\n").encode("utf-8")
     opener = gzip.open if path.endswith(".gz") else open

@@ -4,6 +4,7 @@ answers raw text with the entities' character spans."""
 
 import json
 import os
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -79,6 +80,42 @@ def test_read_takes_the_types_from_the_training_file_and_labels_first_pieces(tmp
     with pytest.raises(conll.TaggingDataError, match=r"eng.testa:\d+: tag '[BI]-MISC': "
                        r"the training data has no type 'MISC' \(its types: LOC, ORG, PER\)"):
         tasks.get("conll2003", config).read(vocab, lower_case=True)
+
+
+def test_conll2003_from_tfds_prepared_locally_reads_as_the_files(tmp_path):
+    """TFDS's own conll2003 builder, its download replaced by our files."""
+    tfds = pytest.importorskip("tensorflow_datasets")
+    from etils import epath  # pylint: disable=g-import-not-at-top
+    files = generated.write_set(tmp_path / "files", 30, 8, num_test=5,
+                                names=("train.txt", "valid.txt", "test.txt"))
+    for name in ("train.txt", "valid.txt", "test.txt"):  # CoNLL-2003's four columns
+        items = conll.read(os.path.join(files, name), "iob2")
+        generated.write(os.path.join(files, name),
+                        [(w, conll.spans(t)) for w, t in zip(items.words, items.tags)],
+                        columns=4)
+    tfds_dir = str(tmp_path / "tfds")
+    with mock.patch.object(tfds.download.DownloadManager, "download_and_extract",
+                           return_value=epath.Path(files)):
+        tfds.builder("conll2003", data_dir=tfds_dir).download_and_prepare()
+    config = _config("conll2003", "", "")
+    config.data.tfds_data_dir = tfds_dir
+    config.predict_test = True
+    task = tasks.get("conll2003", config)
+    task.check_config()
+    read = task.read(helpers.write_vocab(str(tmp_path)), lower_case=True)
+    assert read.evals["validation"].summary.startswith("8 sentences in ")
+    assert "from conll2003:dev (0 skipped)" in read.evals["validation"].summary
+    for split, name in (("train", "train.txt"), ("validation", "valid.txt"),
+                        ("test", "test.txt")):
+        from_tfds = conll.read_tfds("conll2003", split, tfds_dir, "iob2")
+        from_file = conll.read(os.path.join(files, name), "iob2")
+        def rows(read):  # (TFDS stores the sentences shuffled)
+            return sorted(zip(map(tuple, read.words), map(tuple, read.tags)))
+        assert rows(from_tfds) == rows(from_file)
+    with pytest.raises(conll.TaggingDataError, match="conll2003 is not prepared in"):
+        conll.read_tfds("conll2003", "train", str(tmp_path / "empty"), "iob2")
+    with pytest.raises(conll.TaggingDataError, match="TFDS has no conll2000 builder"):
+        conll.read_tfds("conll2000", "train", tfds_dir, "iob2")
 
 
 @pytest.mark.parametrize("overrides,message", [
