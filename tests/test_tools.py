@@ -140,3 +140,32 @@ def test_plot_run_writes_a_png_of_train_and_eval_curves(tmp_path):
 
     result = run("plot_run.py", f"--workdir={tmp_path / 'none'}", f"--output={output}")
     assert result.returncode == 2 and "no training summaries" in result.stderr
+
+
+def test_tools_set_no_environment_of_their_own():
+    """A tool's environment is the user's: the TF settings a binary needs are
+    `cli.prepare_process()`'s (compat.TF_ENVIRONMENT), and a tool only defaults
+    KERAS_BACKEND before Keras is imported. No other write to os.environ (e.g. the
+    profiler's XLA_FLAGS, which BENCHMARKS.md tells the user to set)."""
+    import ast  # pylint: disable=g-import-not-at-top
+    writes = []
+    tools = os.path.join(helpers.ROOT, "tools")
+    for name in sorted(os.listdir(tools)):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(tools, name), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            target = None
+            if isinstance(node, (ast.Assign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                target = next((t for t in targets if isinstance(t, ast.Subscript)
+                               and ast.unparse(t.value) == "os.environ"), None)
+            elif (isinstance(node, ast.Call) and ast.unparse(node.func) in (
+                    "os.environ.update", "os.putenv", "os.environ.setdefault")
+                  and ast.unparse(node) != "os.environ.setdefault('KERAS_BACKEND', "
+                                           "'tensorflow')"):
+                target = node
+            if target is not None:
+                writes.append(f"{name}:{node.lineno} {ast.unparse(target)}")
+    assert not writes, writes

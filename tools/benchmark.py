@@ -49,6 +49,7 @@ import json
 import sys
 
 from absl import flags
+from absl import logging
 from ml_collections import config_flags
 
 from electra_tf import errors
@@ -101,9 +102,11 @@ _PEAK_TFLOPS = flags.DEFINE_float(
     "peak_tflops", None, "Train mode: the device's datasheet peak in TFLOP/s for the step's "
     "compute dtype (e.g. 989.4 for an H100 SXM's dense bfloat16); the MFU is then taken "
     "against it instead of the matmul measured in this process (both are printed).")
+XPROF_TRACEME = "--xla_cpu_enable_xprof_traceme=true"
 _PROFILE = flags.DEFINE_bool(
     "profile", False, "Train mode: write a TensorBoard profiler trace of "
-    f"{PROFILE_STEPS} steps after the timed ones, to --profile_dir or <workdir>/profile.")
+    f"{PROFILE_STEPS} steps after the timed ones, to --profile_dir or <workdir>/profile "
+    f"(on a CPU, run with XLA_FLAGS={XPROF_TRACEME} for XLA's ops by name).")
 _PROFILE_DIR = flags.DEFINE_string(
     "profile_dir", None, "Train mode: where --profile writes (giving it implies --profile).")
 _RESUME_STEPS = flags.DEFINE_list(
@@ -157,11 +160,11 @@ def main(argv):
         raise errors.UserError(f"unexpected arguments: {' '.join(argv[1:])}")
     if _MODE.value != "train" and (_COMPARE_DATA.value or _PROFILE.value or _PROFILE_DIR.value):
         raise errors.UserError("--compare_data and --profile[_dir] are for --mode=train")
-    if _PROFILE.value or _PROFILE_DIR.value:
-        # XLA:CPU marks each of its ops (fusions, dots) in the trace only when asked; XLA
-        # reads the flag at its first compilation, which comes later.
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                   " --xla_cpu_enable_xprof_traceme=true").strip()
+    if ((_PROFILE.value or _PROFILE_DIR.value)
+            and XPROF_TRACEME not in os.environ.get("XLA_FLAGS", "")):
+        # The tool sets no environment of its own: the user's XLA_FLAGS are the run's.
+        logging.info("--profile: XLA:CPU names its ops (fusions, dots) in the trace only "
+                     "with XLA_FLAGS=%s in the environment", XPROF_TRACEME)
     results = _run_mode()
     results.update({
         "mode": _MODE.value,
