@@ -127,10 +127,12 @@ PRETRAINING = {
     "runtime.cpu_devices": CPU_DEVICES,
 }
 
-# configs/finetune.py and the tasks' own fields (glue/task.py, squad/task.py)
+# configs/finetune.py and the tasks' own fields (glue/task.py, squad/task.py,
+# tagging/task.py)
 FINETUNING = {
     "data.max_seq_length": _whole(3, zero="[CLS] a [SEP]: at least 3 tokens"),
     "data.doc_stride": POSITIVE,
+    "data.stride": _whole(0, zero="0: half a window"),
     "data.max_query_length": POSITIVE,
     "model.dropout": PROBABILITY_OPEN,
     "model.beam_size": POSITIVE,

@@ -21,7 +21,8 @@ from tests import helpers
 CONFIGS = {"electra:tiny": lambda: electra.get_config("tiny"),
            "electra:base": lambda: electra.get_config("base"),
            "finetune:mrpc": lambda: finetune.get_config("mrpc"),
-           "finetune:squad2": lambda: finetune.get_config("squad2")}
+           "finetune:squad2": lambda: finetune.get_config("squad2"),
+           "finetune:conll2003": lambda: finetune.get_config("conll2003")}
 
 # Written from the configs' comments, not from config_check's table: the keys where 0
 # is a meaningful value (none, off, the default), and the one that may be negative.
@@ -39,7 +40,7 @@ ZERO_ALLOWED = {
     "model.answerable_weight", "model.null_threshold", "train.warmup_proportion"}
 # Fine-tuning: 0 takes the pre-trained model's rates; evaluations every epoch.
 ZERO_ALLOWED_FINETUNING = {"train.learning_rate", "train.layerwise_lr_decay",
-                           "train.eval_every"}
+                           "train.eval_every", "data.stride"}  # (tagging: half a window)
 NEGATIVE_ALLOWED = {"model.null_threshold"}  # a logit threshold
 # Shares and probabilities: a huge value is out of range.
 BOUNDED = {"data.mask_prob", "data.mask_token_rate", "data.random_token_rate",
