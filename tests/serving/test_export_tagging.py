@@ -112,3 +112,8 @@ def test_malformed_requests_are_refused_and_serving_runs_both_signatures(setup, 
     for key in ("entity_start", "entity_end", "num_entities", "tags"):
         np.testing.assert_array_equal(got["text"][key], direct[key].numpy(), key)
     assert got["words"]["tags"].shape == (2, 3) and got["words"]["tags"][1, 1] == b""
+    # An empty batch, and a row of padding only, answer with nothing.
+    empty = loaded.signatures["serving_default"](text=tf.constant([], tf.string))
+    assert empty["num_entities"].shape == [0] and empty["entity_start"].shape == [0, 0]
+    padding = loaded.signatures["words"](words=tf.constant([["", ""]]))
+    assert padding["tags"].numpy().tolist() == [[b"", b""]]

@@ -11,6 +11,9 @@ original ELECTRA's tagging head), and its loss.
 ...           "segment_ids": np.zeros((1, 3), "int32")}
 >>> model(inputs).shape
 TensorShape([1, 3, 5])
+>>> from electra_tf.finetuning import model as finetuning_model  # layer-wise rates
+>>> sorted(set(finetuning_model.layer_depths(model).values()))
+[0, 1, 2, 4]
 """
 
 import tensorflow as tf

@@ -59,10 +59,9 @@ class TaggingTask(task_lib.Task):
         config.model.label_scheme = "bioes"  # what the model predicts; original: BIOES
         config.model.entity_types = ""  # "" = the training file's (written here when read)
 
-    @property
-    def stride(self) -> int:
-        data = self.config.data
-        return data.stride or (data.max_seq_length - 2) // 2
+    def stride(self, max_seq_length: int) -> int:
+        """config.data.stride, or half a window of `max_seq_length`."""
+        return self.config.data.stride or (max_seq_length - 2) // 2
 
     def check_config(self) -> None:
         data, model = self.config.data, self.config.model
@@ -74,7 +73,7 @@ class TaggingTask(task_lib.Task):
         if not data.dir and self.name not in conll.TFDS_NAMES:
             raise errors.UserError("config.data.dir is empty: give the directory of the "
                                    "CoNLL files (train.txt, dev.txt[, test.txt])")
-        windows_lib.check_geometry(data.max_seq_length, self.stride)
+        windows_lib.check_geometry(data.max_seq_length, self.stride(data.max_seq_length))
 
     # ------------------------------------------------------------------------ data
 
@@ -102,8 +101,8 @@ class TaggingTask(task_lib.Task):
         if not types:
             raise conll.TaggingDataError(f"{train.source}: no entity tags (every tag is O)")
         self.config.model.entity_types = ",".join(types)   # saved with the run's config
-        window = windows_lib.Windows(vocab, self.config.data.max_seq_length, lower_case,
-                                     self.stride)
+        seq = self.config.data.max_seq_length
+        window = windows_lib.Windows(vocab, seq, lower_case, self.stride(seq))
         evals = {"validation": self._read("validation", set(types))}
         tests = {"test": self._read("test", set(types))} if self.config.predict_test else {}
         return task_lib.Data(self._rows(train, window),
@@ -189,4 +188,5 @@ class TaggingTask(task_lib.Task):
     def export(self, model, vocab, max_seq_length, output, lower_case) -> str:
         return export_tagging.export_tagger(
             model, vocab, output, max_seq_length=max_seq_length, lower_case=lower_case,
-            stride=self.stride, labels=self.labels, scheme=self.config.data.scheme)
+            stride=self.stride(max_seq_length), labels=self.labels,
+            scheme=self.config.data.scheme)
