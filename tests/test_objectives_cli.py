@@ -31,7 +31,8 @@ RUN = ("--config.train.checkpoint_every=10", "--config.train.steps_per_loop=5",
        "--config.train.eval_steps=2")
 # The metric each objective adds to TensorBoard (besides loss).
 OWN_METRIC = {"mlm": "masked_lm_accuracy", "electra_15": "disc_auc",
-              "replace_mlm": "lm_accuracy", "all_tokens_mlm": "lm_loss"}
+              "replace_mlm": "lm_accuracy", "all_tokens_mlm": "lm_loss",
+              "electric": "cloze_accuracy"}
 # case: (objective, overrides); tie=gdes rides along (electra with its embeddings).
 CASES = {**{name: (name, ()) for name in OWN_METRIC},
          "electra_gdes": ("electra", ("--config.model.tie=gdes",))}
@@ -48,7 +49,7 @@ def _run(command):
     return result
 
 
-@pytest.mark.slow  # five cases × three training processes and an export each
+@pytest.mark.slow  # six cases × three training processes and an export each
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_objective_trains_resumes_exactly_exports_and_serves(case, data, tmp_path):
     objective, overrides = CASES[case]
@@ -81,6 +82,12 @@ def test_objective_trains_resumes_exactly_exports_and_serves(case, data, tmp_pat
     assert served["encode"]["sequence_output"].shape == (1, 32, 64)
     if objective in ("electra", "electra_15"):
         assert served["text"]["replaced_probability"].shape == (1, 32)
+    elif objective == "electric":  # energies, and a text's score in one pass
+        assert served["text"]["energies"].shape == (1, 32)
+        scored = helpers.session_run(export_dir, {"score": ("score", {"text": np.array(
+            ["the cat sat .", "sat . the cat"], object)})}, str(tmp_path / "scored"))
+        assert scored["score"]["score"].shape == (2,)
+        assert scored["score"]["score"][0] != scored["score"]["score"][1]
     else:  # an MLM head: the token it predicts at each position
         assert served["text"]["predicted_tokens"].shape == (1, 32)
         assert served["text"]["predicted_tokens"][0, 1] != b""

@@ -19,6 +19,8 @@ from electra_tf import model_config
 from electra_tf import workdir as workdir_lib
 from electra_tf.convert import files
 from electra_tf.convert import table
+from electra_tf.model import encoder
+
 
 def read(path: str, num_heads: int | None = None,
          generator_num_heads: int | None = None) -> table.Weights:
@@ -36,10 +38,13 @@ def read(path: str, num_heads: int | None = None,
         raise errors.UserError(
             f"{workdir}: config.model.objective={model.objective.name!r} has no "
             "replaced-token head: the formats written here hold ELECTRA's generator and "
-            "discriminator (objective electra or electra_15); export its encoder with "
+            "discriminator (objective electra, electra_15 or electric); export its encoder with "
             "tools/export_savedmodel.py")
-    spec = table.ModelSpec(vocab.size, model.shape,
-                           has_generator=not _fresh_generator(workdir, checkpoint))
+    # ELECTRIC's generator is two causal towers, which no format's layout holds: its
+    # discriminator converts alone.
+    one_encoder = isinstance(model.generator, encoder.Encoder)
+    spec = table.ModelSpec(vocab.size, model.shape, has_generator=(
+        one_encoder and not _fresh_generator(workdir, checkpoint)))
     slots = table.pretrainer_slots(model, generator=spec.has_generator)
     tensors = {slot.name: slot.get() for slot in slots}
     if model.shape.tie == "gdes":

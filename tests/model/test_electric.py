@@ -12,6 +12,7 @@ from configs import electra as electra_configs
 from electra_tf import compat
 from electra_tf import errors
 from electra_tf import model_config
+from electra_tf.model import dropout
 from electra_tf.model import flops
 from electra_tf.model import objectives
 from electra_tf.model.objectives import base
@@ -121,3 +122,21 @@ def test_flops_count_two_towers_and_the_cloze_head_at_every_position():
         discriminator + 3 * forward
     assert objectives.training_flops(shape, seq, 19, 1000, "electric", "frozen") == \
         discriminator + forward
+
+
+def test_the_towers_seeded_dropout_is_a_function_of_the_seed():
+    model = test_objectives.pretrainer.ElectraPretrainer(
+        V, test_objectives.SHAPE, objective="electric", dropout=0.5).build_for(S, P)
+    b = test_objectives.batch()
+
+    def towers(seed):
+        with dropout.seeded(tf.constant(seed, tf.int64)):
+            return model.generator({"token_ids": b["input_ids"],
+                                    "segment_ids": b["segment_ids"],
+                                    "padding_mask": b["input_mask"]}, training=True).numpy()
+    first, again, other = towers([1, 2]), towers([1, 2]), towers([1, 3])
+    np.testing.assert_array_equal(first, again)
+    assert np.abs(first - other).max() > 1e-3
+    loss = model.objective.loss(model(b, uniform=_uniform(), dropout_seed=tf.constant([1, 2]),
+                                      training=True), b)[0]
+    assert np.isfinite(float(loss))

@@ -128,7 +128,8 @@ class TwoTowerCloze(keras.layers.Layer):
         # folds a salt into the step's seed, or it would draw the first one's masks.
         seeded_by = dropout_lib.current()
         salted = contextlib.nullcontext() if seeded_by is None else dropout_lib.seeded(
-            tf.random.experimental.stateless_fold_in(seeded_by[0], 2), seeded_by[1])
+            tf.cast(tf.random.experimental.stateless_fold_in(seeded_by[0], 2), tf.int64),
+            seeded_by[1])
         with salted:
             right = self.rtl(inputs, training=training)          # [B, S, Hg]: read t..S−1
         return tf.concat([tf.roll(left, 1, axis=1), tf.roll(right, -1, axis=1)], -1)
