@@ -117,7 +117,7 @@ def labels(types, scheme: str) -> list[str]:
 class Sentences:
     words: list[list[str]]
     tags: list[list[str]]          # the file's tags, in its scheme
-    lines: list[int]               # each sentence's first line (1-based), for errors
+    lines: list[int]               # each sentence's first line (1-based; TFDS: its index)
     source: str
     skipped: int = 0               # sentences dropped by on_bad="skip"
     first_skipped: str = ""
