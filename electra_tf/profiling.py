@@ -21,9 +21,9 @@ needs, in numbers rather than in a trace viewer:
 """
 
 import collections
-import glob
 import os
 
+import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 STEP_EVENT = "train"  # the TraceMe name around each profiled step
@@ -53,8 +53,8 @@ def newest_trace(profile_dir: str) -> str:
     """The newest run's .xplane.pb under a profile directory (or the file itself)."""
     if profile_dir.endswith(".xplane.pb"):
         return profile_dir
-    runs = sorted(glob.glob(os.path.join(profile_dir, "plugins", "profile", "*")))
-    traces = sorted(glob.glob(os.path.join(runs[-1], "*.xplane.pb"))) if runs else []
+    runs = sorted(tf.io.gfile.glob(os.path.join(profile_dir, "plugins", "profile", "*")))
+    traces = sorted(tf.io.gfile.glob(os.path.join(runs[-1], "*.xplane.pb"))) if runs else []
     if not traces:
         raise FileNotFoundError(f"{profile_dir}: no plugins/profile/*/*.xplane.pb in it")
     return traces[0]
@@ -83,7 +83,7 @@ def _union_ps(intervals, window) -> int:
 def summarize(path: str, top: int = 12) -> dict:
     """The summary of one .xplane.pb (see the module docstring); times in ms per step."""
     space = xplane_pb2.XSpace()
-    with open(path, "rb") as f:
+    with tf.io.gfile.GFile(path, "rb") as f:  # a run's logs may be on gs://
         space.ParseFromString(f.read())
     host = next((p for p in space.planes if p.name == "/host:CPU"), None)
     steps = []

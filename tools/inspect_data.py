@@ -12,6 +12,7 @@ if __name__ == "__main__":  # run as a tool, not imported (tests import some too
 
 import os
 
+import tensorflow as tf
 from absl import flags
 
 from electra_tf import errors
@@ -32,7 +33,8 @@ def main(argv):
     seq = _MAX_SEQ_LENGTH.value
     if seq is None:
         data = _DATA.value.split(",")[0]
-        manifest = pipeline.load_manifest(data if os.path.isdir(data) else os.path.dirname(data))
+        manifest = pipeline.load_manifest(
+            data if tf.io.gfile.isdir(data) else os.path.dirname(data))
         if manifest is None:
             raise pipeline.DataError(f"{_DATA.value}: no manifest.json beside the data; "
                                      "give --max_seq_length")

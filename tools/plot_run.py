@@ -11,7 +11,6 @@ from electra_tf import cli
 if __name__ == "__main__":  # run as a tool, not imported (tests import some tools)
     cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
-import glob
 import os
 
 from absl import flags
@@ -33,7 +32,7 @@ def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
     resumed run's later value of a step wins)."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     values: dict[str, dict[int, float]] = {}
-    for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
+    for path in sorted(tf.io.gfile.glob(os.path.join(logdir, "events.out.tfevents.*"))):
         for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
             event = tf.compat.v1.Event.FromString(record)
             for value in event.summary.value:
@@ -67,11 +66,14 @@ def plot(runs: dict[str, dict[str, dict]], output: str, title: str) -> None:
     axes.flat[-1].axhline(0.5, color="grey", linewidth=0.8)  # chance
     axes.flat[0].legend(fontsize="small")
     figure.suptitle(title)
-    tmp = output + ".tmp.png"
-    os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
-    figure.savefig(tmp, dpi=100)
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+    tmp = workdir_lib.aside(output)  # whole or not at all, gs:// too
+    tf.io.gfile.makedirs(os.path.dirname(output) or ".")
+    with tf.io.gfile.GFile(tmp, "wb") as f:
+        figure.savefig(f, dpi=100, format="png")
     plt.close(figure)
-    os.replace(tmp, output)
+    tf.io.gfile.rename(tmp, output, overwrite=True)
 
 
 def main(argv):

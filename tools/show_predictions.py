@@ -23,6 +23,7 @@ import tensorflow as tf
 from absl import flags
 
 from electra_tf import errors
+from electra_tf import workdir as workdir_lib
 from electra_tf import flags as common_flags
 from electra_tf.data import masking
 from electra_tf.data import pipeline
@@ -85,11 +86,9 @@ def main(argv):
               (_COLOUR.value == "auto" and sys.stdout.isatty()))
     print(f"{path}\n" + predictions.terminal(shown, colour=colour))
     if _HTML.value:
-        tmp = _HTML.value + ".tmp"
-        os.makedirs(os.path.dirname(_HTML.value) or ".", exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(predictions.html(shown, title=f"ELECTRA predictions: {path}"))
-        os.replace(tmp, _HTML.value)
+        workdir_lib.write_text(os.path.dirname(_HTML.value) or ".",
+                               os.path.basename(_HTML.value),
+                               predictions.html(shown, title=f"ELECTRA predictions: {path}"))
         print(f"Wrote {_HTML.value}")
 
 

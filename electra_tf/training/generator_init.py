@@ -78,7 +78,7 @@ def configure(config) -> ml_collections.ConfigDict:
     if not path:
         return config
     config = ml_collections.ConfigDict(config.to_dict())
-    config.model.generator_init = path = os.path.abspath(path)
+    config.model.generator_init = path = workdir_lib.absolute(path)
     if not objectives.get(model_config.objective_name(config)).uses_generator:
         raise errors.UserError(
             f"config.model.generator_init={path!r} with config.model.objective="
