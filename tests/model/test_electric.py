@@ -16,6 +16,8 @@ from electra_tf.model import dropout
 from electra_tf.model import flops
 from electra_tf.model import objectives
 from electra_tf.model.objectives import base
+from electra_tf.training import predictions
+from tests import helpers
 from tests.model import test_objectives
 
 V, S, P = test_objectives.V, test_objectives.S, test_objectives.P
@@ -140,3 +142,13 @@ def test_the_towers_seeded_dropout_is_a_function_of_the_seed():
     loss = model.objective.loss(model(b, uniform=_uniform(), dropout_seed=tf.constant([1, 2]),
                                       training=True), b)[0]
     assert np.isfinite(float(loss))
+
+
+def test_the_predictions_view_marks_every_sample_as_noise(model, tmp_path):
+    vocab = helpers.write_vocab(str(tmp_path))
+    b = test_objectives.batch()
+    shown = predictions.views(lambda batch, uniform: model(batch, uniform=uniform),
+                              b, vocab, _uniform())
+    assert [sum(t.masked for t in row) for row in shown] == [3, 2]
+    assert all(t.replaced == t.masked for row in shown for t in row)
+    assert all(0.0 <= t.probability <= 1.0 for row in shown for t in row)
