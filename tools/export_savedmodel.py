@@ -8,7 +8,7 @@ classifier, a SQuAD question answerer).
 
 Writes TF Serving's layout (`MODEL_BASE/<version>/saved_model.pb`, `variables/`,
 `assets/vocab.txt`, `assets.extra/tf_serving_warmup_requests`). The signatures and their
-inputs and outputs are listed in electra_tf/serving/export.py and the README.
+inputs and outputs are listed in electra_tf/serving/export.py and docs/serving.md.
 """
 
 from electra_tf import cli

@@ -51,7 +51,7 @@ replacements get harder). For real results pre-train small or larger on your own
                 python -m electra_tf.train --config=configs/electra.py:small --workdir=DIR \\
                   --config.data.train_files=DATA_DIR --config.data.vocab_file=vocab.txt
   Serve it:     python tools/export_savedmodel.py --workdir=$workdir/run --output=/tmp/models/electra/1
-                (then TF Serving: see the README)
+                (then TF Serving: see docs/serving.md)
   On a TPU:     add --config.runtime.strategy=tpu --config.runtime.tpu=NAME (data and
                 workdir on gs://); base and large: configs/electra.py:base|large
 MSG

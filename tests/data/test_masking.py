@@ -180,7 +180,7 @@ def words_config(seq_length=128, **kwargs):
 
 
 def words_of(row_ids):
-    """The (start, end) of each word of a row's real tokens, as the README defines them."""
+    """The (start, end) of each word of a row's real tokens, as docs/data.md defines them."""
     words = []
     for i, token in enumerate(row_ids):
         if token == PAD:

@@ -215,8 +215,9 @@ def test_tiny_model_learns_squad_with_the_defaults_and_its_export_answers(pretra
         for q, answer, start, end in zip(dev, answers, got["start"], got["end"]):
             assert (q.context[start:end] == answer) if answer else start == end == -1
 
-    # The README's REST example: its request through the 2.0 model gives its response.
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    # docs/finetuning.md's REST example: its request through the 2.0 model gives its
+    # response.
+    readme = open(os.path.join(ROOT, "docs", "finetuning.md"), encoding="utf-8").read()
     request, response = (json.loads(readme.split(f"<!-- {marker} -->", 1)[1]
                                     .split("```", 2)[1].split("\n", 1)[1])
                          for marker in ("squad-rest-request", "squad-rest-response"))

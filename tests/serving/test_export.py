@@ -186,8 +186,8 @@ def test_export_tool(run, tmp_path):
 
 
 def _readme_block(marker):
-    """The fenced code block after `<!-- marker -->` in README.md."""
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+    """The fenced code block after `<!-- marker -->` in docs/serving.md."""
+    with open(os.path.join(ROOT, "docs", "serving.md"), encoding="utf-8") as f:
         readme = f.read()
     after = readme.split(f"<!-- {marker} -->", 1)[1]
     return after.split("```", 2)[1].split("\n", 1)[1]
@@ -203,7 +203,7 @@ def test_readme_rest_and_grpc_requests_run_through_the_signature(exported):
     assert set(rest) == {"replaced_probability", "token_ids", "input_mask", "tokens"}
     assert rest["replaced_probability"].shape == (len(body["instances"]), SEQ)
 
-    # gRPC: the README's client code up to the network call builds the PredictRequest.
+    # gRPC: the guide's client code up to the network call builds the PredictRequest.
     client = _readme_block("serving-grpc-client")
     namespace = {}
     exec(client.split("stub =")[0], namespace)  # pylint: disable=exec-used

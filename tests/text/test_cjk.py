@@ -61,7 +61,7 @@ def test_cjk_and_mixed_text_from_sentences_to_served_tokens(tmp_path):
     assert masking.max_predictions_per_seq(0.15, 32) == batch["masked_lm_ids"].shape[1]
 
     # Whole-word masking: no CJK character comes out as a `##` piece, so each is a word
-    # of its own (the README says so: word-level masking of Chinese needs a segmenter).
+    # of its own (docs/data.md says so: word-level masking of Chinese needs a segmenter).
     emitted = tokenizer.make_tokenizer(vocab).tokenize(DOCUMENTS).flat_values.numpy()
     cjk = {i for i in emitted if "\u3040" <= vocab.tokens[i].removeprefix("##") <= "\u9fff"}
     assert cjk and not cjk & set(vocab.continuation_ids)
