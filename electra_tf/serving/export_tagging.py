@@ -99,7 +99,9 @@ def write_tags(spans: dict, kind, type_names, scheme: str):
 
 
 class Tagging(tf.Module):
-    """Words [B, (W)] → each word's label id and probability [ΣW], in the graph."""
+    """Words [B, (W)] → per word [ΣW], in the graph: its `label` id and its
+    probability (`score`), its type id (`kind`), the chunks (`spans`: `chunks`' flags),
+    its tag in `scheme` (`tags`) and its request (`sentence`)."""
 
     def __init__(self, model, vocab: tokenizer_lib.Vocab, max_seq_length: int,
                  lower_case: bool, stride: int, labels: list[str], scheme: str):
