@@ -105,8 +105,10 @@ class TaggingTask(task_lib.Task):
         window = windows_lib.Windows(vocab, seq, lower_case, self.stride(seq))
         evals = {"validation": self._read("validation", set(types))}
         tests = {"test": self._read("test", set(types))} if self.config.predict_test else {}
-        return task_lib.Data(self._rows(train, window),
-                             {s: self._rows(e, window) for s, e in evals.items()},
+        rows = self._rows(train, window)
+        rows.summary += (f"; entity types {', '.join(types)}"
+                         + ("" if given else " (from it, saved in config.json)"))
+        return task_lib.Data(rows, {s: self._rows(e, window) for s, e in evals.items()},
                              {s: self._rows(e, window) for s, e in tests.items()})
 
     def _rows(self, sentences: conll.Sentences, window) -> task_lib.Rows:
