@@ -127,3 +127,25 @@ def test_score_text_refuses_a_group_of_one_in_one_line(electric, tmp_path):
     line = helpers.one_line_error(helpers.run_tool(
         "score_text.py", f"--workdir={electric['workdir']}", f"--input={path}", "--pairs"))
     assert f"{path}:4: a group of one hypothesis" in line
+
+
+def test_a_reranking_set_of_corrupted_copies_scores_in_pairs(electric, tmp_path):
+    heldout = tmp_path / "heldout.txt"
+    heldout.write_text("the cat sat on the mat\n\nthe dog ran under a log\nred blue\n"
+                       "the tree was very big\n")
+    pairs = tmp_path / "pairs.txt"
+    made = helpers.run_tool("make_reranking_set.py", f"--input={heldout}",
+                            f"--output={pairs}", "--frequent=5")
+    assert made.returncode == 0, made.stderr[-3000:]
+    groups = [g.splitlines() for g in pairs.read_text().strip().split("\n\n")]
+    assert len(groups) == 6  # three sentences of 4+ words, two corruptions each
+    for (original, corrupted), kind in zip(groups, ["swap", "frequent"] * 3):
+        a, b = original.split(), corrupted.split()
+        assert len(a) == len(b) and a != b
+        if kind == "swap":
+            assert sorted(a) == sorted(b) and sum(x != y for x, y in zip(a, b)) == 2
+        else:
+            assert sum(x != y for x, y in zip(a, b)) == 1
+    _, summary = _scored(helpers.run_tool("score_text.py", f"--workdir={electric['workdir']}",
+                                          f"--input={pairs}", "--pairs"))
+    assert summary["groups"] == 6 and 0.0 <= summary["first_best"] <= 1.0

@@ -1,0 +1,110 @@
+r"""Makes a re-ranking set from held-out text: each sentence paired with a corrupted copy
+of itself, for `tools/score_text.py --pairs` (the original first, so its `first_best` is
+the re-ranking accuracy; chance 0.5).
+
+  python tools/make_reranking_set.py --input=heldout.txt --output=pairs.txt \
+      [--corruptions=swap,frequent] [--num_sentences=1000] [--frequent=100] [--seed=0]
+
+--input holds one sentence a line (blank lines skipped); words are split on whitespace.
+Corruptions, one pair per sentence and corruption:
+  swap      two words at different places, of different spelling, exchanged
+  frequent  one word replaced by another of the input's --frequent most common words
+Sentences of fewer than --min_words words are left out. The output is groups of two
+lines (original, corrupted) separated by blank lines; the same flags give the same file.
+"""
+
+from electra_tf import cli
+if __name__ == "__main__":  # run as a tool, not imported (tests import some tools)
+    cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
+
+import collections
+import random
+
+import tensorflow as tf
+from absl import flags
+
+from electra_tf import errors
+
+CORRUPTIONS = ("swap", "frequent")
+
+_INPUT = flags.DEFINE_string("input", None, "Held-out text, one sentence a line.",
+                             required=True)
+_OUTPUT = flags.DEFINE_string("output", None, "The pairs file to write.", required=True)
+_CORRUPTIONS = flags.DEFINE_list("corruptions", list(CORRUPTIONS),
+                                 f"Which corruptions, of {', '.join(CORRUPTIONS)}.")
+_NUM_SENTENCES = flags.DEFINE_integer("num_sentences", 1000, "Sentences to use (the first "
+                                      "long enough ones).", lower_bound=1)
+_MIN_WORDS = flags.DEFINE_integer("min_words", 4, "Shorter sentences are left out.",
+                                  lower_bound=2)
+_FREQUENT = flags.DEFINE_integer("frequent", 100, "How many of the most common words "
+                                 "`frequent` draws from.", lower_bound=2)
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the corruptions.")
+
+
+def swap(words: list[str], rng: random.Random) -> list[str] | None:
+    """`words` with two words of different spelling exchanged, or None if all are alike."""
+    places = [(i, j) for i in range(len(words)) for j in range(i + 1, len(words))
+              if words[i] != words[j]]
+    if not places:
+        return None
+    i, j = rng.choice(places)
+    out = list(words)
+    out[i], out[j] = out[j], out[i]
+    return out
+
+
+def replace_frequent(words: list[str], frequent: list[str],
+                     rng: random.Random) -> list[str]:
+    """`words` with one word replaced by a frequent word of another spelling."""
+    i = rng.randrange(len(words))
+    out = list(words)
+    out[i] = rng.choice([w for w in frequent if w != words[i]])
+    return out
+
+
+def pairs(sentences: list[str], corruptions, num_sentences: int, min_words: int,
+          num_frequent: int, seed: int) -> list[tuple[str, str]]:
+    """(original, corrupted) for the first `num_sentences` sentences of `min_words` words
+    or more, one pair per corruption that applies."""
+    counts = collections.Counter(w for s in sentences for w in s.split())
+    frequent = [w for w, _ in counts.most_common(num_frequent)]
+    rng = random.Random(seed)
+    out, used = [], 0
+    for sentence in sentences:
+        words = sentence.split()
+        if len(words) < min_words:
+            continue
+        if used == num_sentences:
+            break
+        used += 1
+        for kind in corruptions:
+            corrupted = swap(words, rng) if kind == "swap" else replace_frequent(
+                words, frequent, rng)
+            if corrupted is not None:
+                out.append((" ".join(words), " ".join(corrupted)))
+    return out
+
+
+def main(argv):
+    del argv
+    unknown = [c for c in _CORRUPTIONS.value if c not in CORRUPTIONS]
+    if unknown or not _CORRUPTIONS.value:
+        raise errors.UserError(f"--corruptions={','.join(_CORRUPTIONS.value)}: choose from "
+                               f"{', '.join(CORRUPTIONS)}")
+    if not tf.io.gfile.exists(_INPUT.value):
+        raise errors.UserError(f"--input={_INPUT.value}: not found")
+    with tf.io.gfile.GFile(_INPUT.value, "r") as f:
+        sentences = [line.strip() for line in f.read().splitlines() if line.strip()]
+    made = pairs(sentences, _CORRUPTIONS.value, _NUM_SENTENCES.value, _MIN_WORDS.value,
+                 _FREQUENT.value, _SEED.value)
+    if not made:
+        raise errors.UserError(f"--input={_INPUT.value}: no sentence of {_MIN_WORDS.value} "
+                               "words or more to corrupt")
+    text = "\n".join(f"{original}\n{corrupted}\n" for original, corrupted in made)
+    with tf.io.gfile.GFile(_OUTPUT.value, "w") as f:
+        f.write(text)
+    print(f"wrote {len(made)} pairs to {_OUTPUT.value}")
+
+
+if __name__ == "__main__":
+    cli.app_run(main)
