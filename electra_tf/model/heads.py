@@ -13,6 +13,7 @@ TensorShape([1, 4])
 
 import keras
 import keras_hub
+import tensorflow as tf
 
 from electra_tf import compat
 from electra_tf.model import encoder
@@ -29,8 +30,9 @@ class MaskedLMHead(keras_hub.layers.MaskedLMHead):
     """
 
     def call(self, inputs, mask_positions):
-        x = keras.ops.take_along_axis(inputs, keras.ops.expand_dims(mask_positions, -1),
-                                      axis=1)
+        # [batch, P, H] by int32 indices: Keras' take_along_axis casts them to int64 and
+        # broadcasts them to [batch, P, H] (int64 is emulated on TPUs).
+        x = tf.gather(inputs, tf.cast(mask_positions, tf.int32), batch_dims=1)
         parts = compat.masked_lm_head_parts(self)  # keras-hub's private sublayers
         x = parts.intermediate_layer_norm(parts.intermediate_dense(x))
         if self.token_embedding is not None:

@@ -7,6 +7,7 @@ needs them runs in a fresh Python process; their results come back as files.
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -367,6 +368,40 @@ def test_the_whole_step_compiles_with_xla_on_one_device(data, accumulation_steps
                for b, v in zip(before, trainer.model.trainable_variables))
     hlo = step.experimental_get_compiler_ir(batch, index)(stage="hlo")
     assert "<=" not in hlo  # e.g. f32[<=8,32]: a dynamic dimension TPUs cannot take
+    assert_tpu_ready(step.get_concrete_function(batch, index).graph, hlo)
+    # The ids TPUs gather by are int32 (int64 is emulated there), from the data on.
+    assert {k: v.dtype for k, v in batch.items()} == {
+        k: tf.float32 if k == "masked_lm_weights" else tf.int32 for k in batch}
+
+
+# What a TPU program may not hold. Traced ops: a call into Python or the host (strings,
+# printing, datasets), or a draw from a stateful generator (its state lives on the host
+# and differs per replica; every draw of ours is stateless, from the step's seed).
+_HOST_OPS = re.compile(r"PyFunc|Print|String|Regex|Unicode|Iterator|Dataset|Optional|"
+                       r"Send|Recv|HostCompute|OutsideCompilation|Summary")
+_STATEFUL_RANDOM = re.compile(r"^(Random|Multinomial|TruncatedNormal|ParameterizedTrunc|"
+                              r"Stateful(?!PartitionedCall)|RngSkip|RngReadAndSkip)")
+# HLO: transfers to or from the host, XLA's stateful `rng`, calls out of XLA, and the
+# types a TPU has no unit for (f64, complex).
+_HLO_HOST = re.compile(r"\b(send|recv|send-done|recv-done|infeed|outfeed|rng|custom-call)\(")
+_HLO_TYPES = re.compile(r"\b(f64|c64|c128)\[")
+
+
+def assert_tpu_ready(graph, hlo: str) -> None:
+    """Walks the traced step (its ops and those of every function it calls) and its
+    HLO for what a TPU cannot run; int64 appears only as scalars and seeds (the step
+    counter, the [2] seeds of stateless draws), never as a tensor of the batch."""
+    graph_def = graph.as_graph_def()
+    ops = {node.op for node in graph_def.node} | {
+        node.op for function in graph_def.library.function for node in function.node_def}
+    assert "MatMul" in ops or "BatchMatMulV2" in ops or "Einsum" in ops  # the real step
+    assert not sorted(op for op in ops if _HOST_OPS.search(op)), ops
+    assert not sorted(op for op in ops if _STATEFUL_RANDOM.match(op)), ops
+    assert not _HLO_HOST.findall(hlo), sorted(set(_HLO_HOST.findall(hlo)))
+    assert not _HLO_TYPES.findall(hlo), sorted(set(_HLO_TYPES.findall(hlo)))
+    int64_shapes = {tuple(int(d) for d in dims.split(",") if d)
+                    for dims in re.findall(r"\bs64\[([\d,]*)\]", hlo)}
+    assert all(np.prod(shape) <= 2 for shape in int64_shapes), sorted(int64_shapes)
 
 
 # Trains the whole step on one device for 3 + 12 steps (two loops): in float32; in float16
