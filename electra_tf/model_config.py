@@ -201,11 +201,11 @@ def pretrainer(config, vocabulary_size: int, dtype=None):
             f"{objective_name(config)!r}: gdes keeps a replaced-token detector's gradients "
             "out of the generator's table, but this objective's main model predicts tokens "
             "with that table; use tie=embeddings, or objective electra or electra_15")
-    objective(config)
+    chosen = objective(config)  # the run's one objective: the model's, the metrics'
     return pretrainer_lib.ElectraPretrainer(
         vocabulary_size, model_shape, temperature=model.temperature,
         disallow_correct=model.disallow_correct, dropout=model.dropout,
-        objective=objective_name(config), dtype=dtype, name="electra",
+        objective=chosen, dtype=dtype, name="electra",
         generator_trainable=generator_mode(config) == "train",
         mask_prob=config.data.mask_prob)
 
@@ -258,10 +258,11 @@ def temperature_schedule(config):
 
 
 def objective(config):
-    """The `Objective` of `config.model.objective`; a one-line `UserError` where it cannot
-    run with the config's tie or algorithm (`Objective.refusal`)."""
+    """The `Objective` of `config.model.objective`, weighing RTD by
+    `config.model.disc_weight`; a one-line `UserError` where it cannot run with the
+    config's tie or algorithm (`Objective.refusal`)."""
     from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
-    chosen = objectives.get(objective_name(config))
+    chosen = objectives.get(objective_name(config), config.model.disc_weight)
     refusal = chosen.refusal(shape(config).tie,
                              config.get("train", {}).get("algorithm", "joint"))
     if refusal:

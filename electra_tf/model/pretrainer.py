@@ -59,7 +59,7 @@ class ElectraPretrainer(keras.Model):
 
     def __init__(self, vocabulary_size: int, shape: sizes.ModelShape,
                  temperature: float = 1.0, disallow_correct: bool = False,
-                 dropout: float = 0.1, objective: str = "electra",
+                 dropout: float = 0.1, objective="electra",
                  generator_trainable: bool = True, mask_prob: float = 0.15, **kwargs):
         super().__init__(**kwargs)
         if temperature <= 0:
@@ -75,7 +75,10 @@ class ElectraPretrainer(keras.Model):
         self.temperature = temperature
         self.disallow_correct = disallow_correct
         self.dropout = dropout
-        self.objective = objectives.get(objective)
+        # The run's one objective (`model_config.objective`, its disc_weight the config's;
+        # the trainer's losses and metrics use it), or one by name (`get_config` keeps it).
+        self.objective = (objectives.get(objective) if isinstance(objective, str)
+                          else objective)
         self.generator_trainable = generator_trainable
         self.mask_prob = mask_prob  # the noise ratio of `electric`'s discriminator
 

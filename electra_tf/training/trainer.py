@@ -75,13 +75,12 @@ class Trainer:
             self.optimizer = optimizer_lib.create_optimizer(
                 config.train, self.model, self.policy, layers=self.algorithm.layers())
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-            objective = model_config.objective_name(config)
+            # The run's one objective, the model's (its disc_weight the config's): the
+            # loss, its metrics in training and evaluation, what is checked finite.
+            self.objective = self.model.objective
             self.train_metrics = metrics_lib.PretrainingMetrics(
-                config.model.disc_weight, objective, self.algorithm)
-            self.eval_metrics = metrics_lib.PretrainingMetrics(config.model.disc_weight,
-                                                               objective)
-        # The loss, its metrics and what is checked finite (model/objectives/).
-        self.objective = self.train_metrics.objective
+                objective=self.objective, algorithm=self.algorithm)
+            self.eval_metrics = metrics_lib.PretrainingMetrics(objective=self.objective)
         # Host state that the compiled loop reads or writes once per step.
         self.stop_requested = tf.Variable(False, trainable=False, name="stop_requested")
         # (step, which): the first step whose losses (bit 2^i: the objective's

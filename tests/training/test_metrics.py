@@ -111,3 +111,28 @@ def test_training_reports_the_differentiated_loss_beside_the_objectives():
     out = m.result()
     assert out["loss"] == pytest.approx(4.0)
     assert out["objective_loss"] == pytest.approx(2.0 + 50.0 * 8 / 6)
+
+
+def test_a_run_has_one_objective_with_the_configs_disc_weight():
+    """The model, the training and the evaluation metrics share the run's objective,
+    which weighs RTD by config.model.disc_weight (not a default of its own)."""
+    from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+    from tests.training import test_trainer  # pylint: disable=g-import-not-at-top
+    config = test_trainer._config()  # pylint: disable=protected-access
+    config.model.disc_weight = 20.0
+    trainer = trainer_lib.Trainer(config, distribute.get_strategy(config.runtime),
+                                  test_trainer.VOCAB, test_trainer.P)
+    assert (trainer.objective is trainer.model.objective
+            is trainer.train_metrics.objective is trainer.eval_metrics.objective)
+    assert trainer.objective.disc_weight == 20.0
+    loss, values = trainer.objective.loss(*_outputs_and_batch())
+    assert float(loss) == pytest.approx(
+        float(values["mlm_loss"]) + 20.0 * float(values["rtd_loss"]))
+
+
+def _outputs_and_batch():
+    """(outputs, batch) of `make_step` with logits for the objective's loss."""
+    batch, outputs, _ = make_step()
+    outputs = dict(outputs, mlm_logits=tf.one_hot(outputs["mlm_predictions"], 10) * 3.0)
+    return outputs, batch
