@@ -314,11 +314,26 @@ def masking_config(config, vocab: tokenizer_lib.Vocab) -> masking.MaskingConfig:
 def distributed_dataset(strategy, files, config, masking_config, training, step=0):
     """Masked batches of `files` for `strategy`, from the first batch after the `step`
     steps before (found by arithmetic, not by reading them: data/order.py)."""
-    def make(context):
-        # Each step takes one batch per replica this pipeline feeds.
-        per_step = context.num_replicas_in_sync // context.num_input_pipelines
-        return pretraining_dataset(
-            files, config.train.batch_size, config.data.max_seq_length, masking_config,
-            is_training=training, input_context=context, seed=config.train.seed,
-            shuffle_buffer=config.data.shuffle_buffer, skip_batches=step * per_step)
-    return strategy.distribute_datasets_from_function(make)
+    return strategy.distribute_datasets_from_function(
+        lambda context: host_dataset(context, files, config, masking_config, training, step))
+
+
+def host_dataset(context: tf.distribute.InputContext, files, config, masking_config,
+                 training: bool, step: int = 0) -> tf.data.Dataset:
+    """The input pipeline of one host (`context`: H = num_input_pipelines hosts, this
+    one's id, N = num_replicas_in_sync replicas in all), from step `step` on.
+
+    The per-host arithmetic, for the global batch B (config.train.batch_size), which N
+    must divide: each element is one replica's batch of B / N rows; each step takes one
+    element for each of the host's N / H replicas, B / H rows in all, and the H hosts'
+    rows together are the step's B. A TPU v3-32 (4 hosts of 8 cores) at B = 1024: 32
+    rows per element, 8 elements (256 rows) per host per step. A run resumed at step s
+    starts each host at its element s · N / H, found by arithmetic (data/order.py).
+    Each host reads its own chunks of the shards (its own records where there are
+    fewer chunks than hosts), so no two hosts train on the same example in an epoch.
+    """
+    per_step = context.num_replicas_in_sync // context.num_input_pipelines
+    return pretraining_dataset(
+        files, config.train.batch_size, config.data.max_seq_length, masking_config,
+        is_training=training, input_context=context, seed=config.train.seed,
+        shuffle_buffer=config.data.shuffle_buffer, skip_batches=step * per_step)

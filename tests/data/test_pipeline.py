@@ -86,6 +86,40 @@ def test_evaluation_reads_each_example_once(data):
     assert len(batches) == total // 4  # the last partial batch is dropped
 
 
+def test_each_host_reads_its_own_share_and_resumes_where_it_stopped(data):
+    """A TPU pod's input on a CPU: H hosts of R replicas each build their own pipeline
+    (`host_dataset` under their InputContext). Each element is one replica's B / (H·R)
+    rows, a step takes R elements per host (B rows across the hosts), the hosts never
+    read the same example, and a host resumed at step s gives its elements from s·R on,
+    as the run that did not stop."""
+    from configs import electra as electra_configs  # pylint: disable=g-import-not-at-top
+    vocab, directory = data
+    files = pipeline.resolve_files(directory, SEQ, vocab)
+    masking = pipeline.masking_config_for(vocab, SEQ)
+    config = electra_configs.get_config("tiny")
+    config.data.max_seq_length, config.train.batch_size, config.train.seed = SEQ, 8, 3
+    hosts, replicas, steps = 2, 2, 3
+
+    def elements(host, step, count):
+        context = tf.distribute.InputContext(num_input_pipelines=hosts,
+                                             input_pipeline_id=host,
+                                             num_replicas_in_sync=hosts * replicas)
+        dataset = pipeline.host_dataset(context, files, config, masking, True, step)
+        return [(b["input_ids"].numpy(), b["masked_input_ids"].numpy())
+                for b in dataset.take(count)]
+
+    streams = [elements(host, 0, steps * replicas) for host in range(hosts)]
+    assert {ids.shape for stream in streams for ids, _ in stream} == {
+        (8 // (hosts * replicas), SEQ)}
+    rows = [{tuple(row) for ids, _ in stream for row in ids} for stream in streams]
+    assert sum(len(r) for r in rows) == steps * 8  # B rows a step, every one distinct
+    assert not rows[0] & rows[1]
+    for host in range(hosts):  # resumed at step 2: its elements 4 and 5
+        resumed = elements(host, 2, replicas)
+        for got, want in zip(resumed, streams[host][2 * replicas:]):  # masks too
+            np.testing.assert_array_equal(np.stack(got), np.stack(want))
+
+
 @pytest.mark.parametrize("num_pipelines", [2, 5])  # 3 files: by file, then by record
 def test_input_pipelines_split_the_data_without_overlap(data, num_pipelines):
     vocab, directory = data
