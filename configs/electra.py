@@ -80,6 +80,9 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
     config.model.disallow_correct = False     # never sample the original token; paper: off
     config.model.disc_weight = 50.0           # lambda, the RTD loss weight; paper: 50
     config.model.dropout = 0.1                # paper: 0.1
+    config.model.attention_dropout = 0.1      # on the attention probabilities; paper:
+                                              # 0.1; 0 removes a pass over [B, h, S, S]
+                                              # (ModernBERT and Cramming train without)
 
     config.train = ml_collections.ConfigDict()
     config.train.batch_size = batch_size      # global batch; paper: 128/256/2048

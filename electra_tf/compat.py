@@ -204,6 +204,13 @@ def attention_dropout(attention):
     return attention._dropout_layer  # pylint: disable=protected-access
 
 
+def set_attention_dropout(attention, rate: float) -> None:
+    """Sets the dropout rate on a built `MultiHeadAttention`'s attention probabilities
+    (keras-hub's blocks give it theirs: `config.model.attention_dropout` is its own)."""
+    attention._dropout = rate  # pylint: disable=protected-access
+    attention._dropout_layer.rate = rate  # pylint: disable=protected-access
+
+
 def attention_gated(attention) -> bool:
     """Whether a `MultiHeadAttention` multiplies its core's output by a gate (`use_gate`)."""
     return bool(getattr(attention, "_use_gate", False))
@@ -314,6 +321,18 @@ def stack_trace_filter(filenames):
     has none."""
     cls = _stack_trace_filter_class()
     return None if cls is None else cls(filenames)
+
+
+def gpu_memory_limit(device: str) -> int | None:
+    """The bytes TF's allocator may use on the GPU `device` (e.g. "/job:localhost/
+    replica:0/task:0/device:GPU:0"; nearly all of its memory), from TF's internal
+    `device_lib` (the public API reports use, not size); None where it is not listed."""
+    from tensorflow.python.client import device_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+    suffix = device.lower().split("device:")[-1]
+    for local in device_lib.list_local_devices():
+        if local.name.lower().endswith(suffix) and local.memory_limit:
+            return int(local.memory_limit)
+    return None
 
 
 def onednn_enabled() -> bool | None:

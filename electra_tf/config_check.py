@@ -103,6 +103,7 @@ PRETRAINING = {
     "model.temperature_steps": _whole(0, zero="0: train.steps"),
     "model.disc_weight": _real(0),
     "model.dropout": PROBABILITY_OPEN,
+    "model.attention_dropout": PROBABILITY_OPEN,
     "train.batch_size": POSITIVE,
     "train.steps": POSITIVE,
     "train.learning_rate": _real(0, low_open=True),

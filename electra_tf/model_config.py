@@ -205,6 +205,7 @@ def pretrainer(config, vocabulary_size: int, dtype=None):
     return pretrainer_lib.ElectraPretrainer(
         vocabulary_size, model_shape, temperature=model.temperature,
         disallow_correct=model.disallow_correct, dropout=model.dropout,
+        attention_dropout=model.get("attention_dropout", model.dropout),
         objective=chosen, dtype=dtype, name="electra",
         generator_trainable=generator_mode(config) == "train",
         mask_prob=config.data.mask_prob)

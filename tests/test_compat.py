@@ -273,6 +273,26 @@ def test_attention_privates_exist():
     assert compat.attention_dropout(attention).rate == attention.dropout == 0.25
     assert not compat.attention_gated(attention)
     assert compat.attention_gated(keras.layers.MultiHeadAttention(2, 2, use_gate=True))
+    compat.set_attention_dropout(attention, 0.0)  # what Keras' core reads
+    assert attention.dropout == compat.attention_dropout(attention).rate == 0.0
+
+
+def test_our_encoder_sets_the_attention_dropout_through_compat(monkeypatch):
+    calls = counting(monkeypatch, compat, "set_attention_dropout")
+    encoder, _ = _tiny_encoder()
+    assert [rate for _, rate in calls] == [0.1] * encoder.num_layers
+
+
+def test_gpu_memory_limit_reads_tfs_device_list(monkeypatch):
+    from tensorflow.python.client import device_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+    listed = device_lib.list_local_devices()
+    assert all(hasattr(d, "memory_limit") and hasattr(d, "name") for d in listed)
+    fake = collections.namedtuple("Device", "name memory_limit")
+    monkeypatch.setattr(device_lib, "list_local_devices", lambda: [
+        fake("/device:CPU:0", 2**28), fake("/device:GPU:0", 80 * 2**30)])
+    assert compat.gpu_memory_limit("/job:localhost/replica:0/task:0/device:GPU:0") == (
+        80 * 2**30)
+    assert compat.gpu_memory_limit("/job:localhost/replica:0/task:0/device:GPU:1") is None
 
 
 # ---------------------------------------------------------------------------------- keras-hub

@@ -32,7 +32,7 @@ ZERO_ALLOWED = {
     "model.embedding_size", "model.generator_hidden_size", "model.generator_num_layers",
     "model.generator_num_heads", "model.generator_intermediate_size",
     "model.generator_embedding_size", "model.temperature_steps", "model.disc_weight",
-    "model.dropout",
+    "model.dropout", "model.attention_dropout",
     "train.warmup_steps", "train.weight_decay", "train.adam_beta1", "train.adam_beta2",
     "train.clip_norm", "train.eval_predictions", "train.profile_steps",
     "train.two_stage_generator_steps", "train.adversarial_mlm_weight", "train.seed",
@@ -45,7 +45,7 @@ NEGATIVE_ALLOWED = {"model.null_threshold"}  # a logit threshold
 # Shares and probabilities: a huge value is out of range.
 BOUNDED = {"data.mask_prob", "data.mask_token_rate", "data.random_token_rate",
            "model.generator_hidden_fraction", "model.generator_layer_fraction",
-           "model.dropout", "train.adam_beta1", "train.adam_beta2",
+           "model.dropout", "model.attention_dropout", "train.adam_beta1", "train.adam_beta2",
            "train.layerwise_lr_decay", "train.warmup_proportion"}
 
 

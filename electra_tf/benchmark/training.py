@@ -233,6 +233,7 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
         "xla_scope": trainer.xla_scope,
         "accumulation_steps": trainer.accumulation_steps,
         "remat": trainer.remat,  # recomputed FLOPs are not in model_flops_per_seq / mfu
+        "remat_reason": trainer.remat_reason,  # config.train.remat=auto's choice and why
         "mixed_precision": config.train.mixed_precision,
         "dtype_policy": trainer.policy,
         "strategy": type(strategy).__name__,

@@ -85,6 +85,14 @@ class HashDropout(keras.layers.Dropout):
             return inputs
         if self.rate >= 1:
             return tf.zeros_like(inputs)
+        scale = tf.cast(1.0 / (1.0 - self.rate), inputs.dtype)
+        return tf.where(self.keep_mask(inputs)(inputs), inputs * scale, tf.zeros_like(inputs))
+
+    def keep_mask(self, inputs):
+        """The mask of this call on `inputs`, as a function: `keep(like)`, for a tensor
+        `like` of `inputs`' shape, gives the bool mask of the elements kept, the same at
+        every call (one draw of the seeds): a backward pass can draw it again instead
+        of keeping it (`attention.core`)."""
         seeded_by = getattr(_SEEDED, "value", None)
         if seeded_by is None:
             seed = keras.random.randint([2], -2**31, 2**31 - 1, dtype="int32",
@@ -99,14 +107,15 @@ class HashDropout(keras.layers.Dropout):
                 [2], tf.random.experimental.stateless_fold_in(step_seed, self.stream),
                 minval=None, maxval=None, dtype=tf.int32)
             offset = tf.cast(replica, tf.uint32) * tf.cast(tf.size(inputs), tf.uint32)
-        # A Shape op, not `tf.shape`'s constant: TF's constant folding before XLA would
-        # otherwise compute every dropout's element index on the host and hand it to XLA
-        # as a constant (BENCHMARKS.md, "Memory"); from a Shape op XLA gets an iota, which
-        # it fuses into the mask.
-        bits = random_bits(compat.unfolded_shape(inputs), seed, offset)
         threshold = tf.constant(min(round(self.rate * 2**32), 2**32 - 1), tf.uint32)
-        scale = tf.cast(1.0 / (1.0 - self.rate), inputs.dtype)
-        return tf.where(bits >= threshold, inputs * scale, tf.zeros_like(inputs))
+
+        def keep(like):
+            # A Shape op, not `tf.shape`'s constant: TF's constant folding before XLA
+            # would otherwise compute every dropout's element index on the host and hand
+            # it to XLA as a constant (BENCHMARKS.md, "Memory"); from a Shape op XLA gets
+            # an iota, which it fuses into the mask.
+            return random_bits(compat.unfolded_shape(like), seed, offset) >= threshold
+        return keep
 
 
 def use_hash_dropout(layer: keras.layers.Layer) -> int:

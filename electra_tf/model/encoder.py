@@ -4,10 +4,12 @@ As in the original (and BERT): token + position + segment embeddings of width E,
 LayerNorm (epsilon 1e-12), dropout; a dense projection to the hidden width H when E != H;
 then post-LayerNorm `keras_hub.layers.TransformerEncoder` blocks with exact (erf) gelu and
 truncated-normal(0.02) initialisation. No pooler: ELECTRA has none. Every dropout is a
-`dropout.HashDropout` (same semantics as Keras', a cheaper mask: see that module), and
-each block can recompute its feed-forward's activation, its attention core and the
-attention's output projection in the backward pass (`remat.prepare`; the training step
-chooses, `config.train.remat`).
+`dropout.HashDropout` (same semantics as Keras', a cheaper mask: see that module); the
+attention probabilities' rate is its own (`attention_dropout`). Each block's attention
+core is `attention.core` (fewer passes over `[B, heads, S, S]`, the same function as
+Keras'), and each block can recompute its feed-forward's activation, its attention core
+and the attention's output projection in the backward pass (`remat.prepare`; the
+training step chooses, `config.train.remat`).
 
 The generator and the discriminator are two `Encoder`s over one `Embeddings` object by
 default (see `pretrainer` for the other weight sharings).
@@ -26,6 +28,7 @@ import keras
 import keras_hub
 import tensorflow as tf
 
+from electra_tf import compat
 from electra_tf.model import dropout as dropout_lib
 from electra_tf.model import remat
 
@@ -154,7 +157,8 @@ class Encoder(keras.layers.Layer):
 
     def __init__(self, embeddings: Embeddings, hidden_size: int, num_layers: int,
                  num_heads: int, intermediate_size: int, dropout: float = 0.1,
-                 layer_norm_epsilon: float = 1e-12, **kwargs):
+                 layer_norm_epsilon: float = 1e-12, attention_dropout: float | None = None,
+                 **kwargs):
         super().__init__(**kwargs)
         if hidden_size % num_heads:
             raise ValueError("`hidden_size` must be a multiple of `num_heads`. Received: "
@@ -166,6 +170,8 @@ class Encoder(keras.layers.Layer):
         self.intermediate_size = intermediate_size
         self.dropout = dropout
         self.layer_norm_epsilon = layer_norm_epsilon
+        # On the attention probabilities; None: `dropout` (keras-hub's blocks' one rate).
+        self.attention_dropout = dropout if attention_dropout is None else attention_dropout
 
         # === Layers ===
         self.projection = None
@@ -195,6 +201,8 @@ class Encoder(keras.layers.Layer):
             self.projection.build(ids_shape + (self.embeddings.embedding_size,))
         for block in self.blocks:
             block.build(ids_shape + (self.hidden_size,))
+            compat.set_attention_dropout(compat.encoder_block_parts(block).attention,
+                                         self.attention_dropout)
             dropout_lib.use_hash_dropout(block)  # Philox masks: ~15% of a CPU step
             remat.prepare(block)  # recomputes selectively under remat=selective
         self.built = True
@@ -220,6 +228,7 @@ class Encoder(keras.layers.Layer):
             "intermediate_size": self.intermediate_size,
             "dropout": self.dropout,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "attention_dropout": self.attention_dropout,
         })
         return config
 

@@ -36,7 +36,12 @@ class MaskedLMHead(keras_hub.layers.MaskedLMHead):
         parts = compat.masked_lm_head_parts(self)  # keras-hub's private sublayers
         x = parts.intermediate_layer_norm(parts.intermediate_dense(x))
         if self.token_embedding is not None:
-            outputs = self.token_embedding(x, reverse=True)
+            # The tied table in the compute dtype: Keras' embeddings do not autocast, and
+            # `token_embedding(x, reverse=True)` would multiply in float32 under a
+            # bfloat16 policy (a float32 GEMM onto the vocabulary:
+            # tests/training/test_bfloat16.py).
+            table = keras.ops.cast(self.token_embedding.embeddings, x.dtype)  # [V, E]
+            outputs = keras.ops.matmul(x, keras.ops.transpose(table))
         else:
             outputs = keras.ops.matmul(x, keras.ops.cast(parts.kernel, x.dtype))
         outputs = keras.ops.cast(outputs, "float32") + keras.ops.cast(parts.bias, "float32")

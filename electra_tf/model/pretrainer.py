@@ -60,7 +60,8 @@ class ElectraPretrainer(keras.Model):
     def __init__(self, vocabulary_size: int, shape: sizes.ModelShape,
                  temperature: float = 1.0, disallow_correct: bool = False,
                  dropout: float = 0.1, objective="electra",
-                 generator_trainable: bool = True, mask_prob: float = 0.15, **kwargs):
+                 generator_trainable: bool = True, mask_prob: float = 0.15,
+                 attention_dropout: float | None = None, **kwargs):
         super().__init__(**kwargs)
         if temperature <= 0:
             raise ValueError(f"`temperature` must be positive. Received: "
@@ -75,6 +76,8 @@ class ElectraPretrainer(keras.Model):
         self.temperature = temperature
         self.disallow_correct = disallow_correct
         self.dropout = dropout
+        # On the attention probabilities; None: `dropout`.
+        self.attention_dropout = dropout if attention_dropout is None else attention_dropout
         # The run's one objective (`model_config.objective`, its disc_weight the config's;
         # the trainer's losses and metrics use it), or one by name (`get_config` keeps it).
         self.objective = (objectives.get(objective) if isinstance(objective, str)
@@ -91,6 +94,7 @@ class ElectraPretrainer(keras.Model):
         def make_encoder(embeddings, size, name):
             return encoder.Encoder(embeddings, size.hidden_size, size.num_layers,
                                    size.num_heads, size.intermediate_size, dropout=dropout,
+                                   attention_dropout=self.attention_dropout,
                                    dtype=self.dtype_policy, name=name)
 
         # Attributes in this order: Keras lists the variables (and the optimizer keeps its
@@ -256,6 +260,7 @@ class ElectraPretrainer(keras.Model):
             "temperature": self.temperature,
             "disallow_correct": self.disallow_correct,
             "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
             "objective": self.objective.name,
             "generator_trainable": self.generator_trainable,
             "mask_prob": self.mask_prob,

@@ -24,6 +24,12 @@ instead of keeping it from the forward pass.
 - `blocks`: each transformer block keeps only its input, and the backward pass runs the
   block again (one more forward pass of the blocks).
 - `none`: nothing is recomputed.
+- `auto` (the default; `choose`, resolved once by the trainer): `none` on a GPU or TPU
+  whose memory holds what the step keeps with nothing recomputed (`activation_bytes`,
+  an estimate from the shape, the batch and the sequence length, with headroom), else
+  `selective`; `selective` on CPUs, where it is the fastest and the leanest
+  (BENCHMARKS.md, "Memory"). The log line and the benchmark's JSON give the choice and
+  the estimate.
 
 Inside `recomputing(mode)` (entered where the training step traces the model, as
 `dropout.seeded` is) the layers read the mode; outside it (evaluation, export,
@@ -53,15 +59,22 @@ True
 """
 
 import contextlib
+import math
 import threading
 
 import keras
 import tensorflow as tf
 
 from electra_tf import compat
+from electra_tf.model import attention
 from electra_tf.model import dropout as dropout_lib
 
 MODES = ("none", "selective", "blocks")
+CHOICES = ("auto",) + MODES  # config.train.remat
+# `auto` chooses `none` where the estimate takes at most this share of what the weights
+# and optimizer state leave of the device's memory: XLA's temporaries, the allocator's
+# fragmentation and the input pipeline's buffers need the rest.
+HEADROOM = 0.6
 _MODE = threading.local()
 
 
@@ -80,6 +93,67 @@ def recomputing(mode: str):
 
 def _mode() -> str:
     return getattr(_MODE, "value", "none")
+
+
+def activation_bytes(encoders, batch: int, seq_len: int, value_bytes: int,
+                     logits: int = 0) -> int:
+    """What one replica's step keeps for the backward pass with nothing recomputed, in
+    bytes: per block of each encoder in `encoders` (`EncoderSize`s), Korthikanti et al.
+    (2022)'s count per sequence, with the feed-forward's width F in place of 4H:
+    S·(9H + 2F) values (the blocks' inputs, Q, K, V, the context, the feed-forward's two
+    [S, F] tensors, the LayerNorms' inputs) and S²·heads·2 values (the attention
+    probabilities before and after dropout), plus a byte per dropout mask element
+    (S·H·2 + S²·heads); then `logits` float32 values (the vocabulary projections' logits
+    and their softmax, `[B, P, V]` each) once.
+
+    >>> from electra_tf.model import sizes
+    >>> round(activation_bytes([sizes.SIZES["base"]], 32, 512, 2) / 2**30, 1)  # GiB
+    10.7
+    """
+    total = 0
+    for size in encoders:
+        h, f, heads = size.hidden_size, size.intermediate_size, size.num_heads
+        values = seq_len * (9 * h + 2 * f) + 2 * seq_len**2 * heads
+        masks = 2 * seq_len * h + seq_len**2 * heads
+        total += size.num_layers * batch * (values * value_bytes + masks)
+    return total + 4 * logits
+
+
+def choose(mode: str, device_kind: str, memory_bytes: int | None, activations: int,
+           state_bytes: int) -> tuple[str, str]:
+    """(the recomputation to run, why) for `config.train.remat=mode` on a replica of
+    `device_kind` ('cpu', 'gpu' or 'tpu') with `memory_bytes` of memory (None: unknown),
+    whose step keeps `activations` bytes with nothing recomputed (`activation_bytes`)
+    beside `state_bytes` of weights, gradients and optimizer state. A mode other than
+    `auto` is kept as given.
+
+    >>> choose("auto", "gpu", 80 * 2**30, 10 * 2**30, 2**30)[0]
+    'none'
+    >>> choose("auto", "cpu", None, 10 * 2**30, 2**30)[0]
+    'selective'
+    """
+    if mode not in CHOICES:
+        raise ValueError(f"`mode` must be one of {', '.join(CHOICES)}. "
+                         f"Received: `mode={mode!r}`")
+    if mode != "auto":
+        return mode, "as configured"
+    estimate = f"activations ~{_size(activations)} estimated"
+    if device_kind not in ("gpu", "tpu"):
+        return "selective", (f"auto on a {device_kind.upper()}: selective is the fastest "
+                             f"and the leanest there ({estimate})")
+    if memory_bytes is None:
+        return "selective", f"auto: the {device_kind.upper()}'s memory is unknown ({estimate})"
+    room = HEADROOM * (memory_bytes - state_bytes)
+    verdict = "fit" if activations <= room else "do not fit"
+    chosen = "none" if activations <= room else "selective"
+    return chosen, (f"auto: {estimate} {verdict} in {HEADROOM:.0%} of the "
+                    f"{device_kind.upper()}'s {_size(memory_bytes)} less "
+                    f"{_size(state_bytes)} of weights and optimizer state")
+
+
+def _size(num_bytes: int) -> str:
+    return (f"{num_bytes / 2**30:.1f} GiB" if num_bytes >= 2**30
+            else f"{num_bytes / 2**20:.1f} MiB")
 
 
 def prepare(block) -> None:
@@ -141,41 +215,56 @@ class ActivationFirstDense(keras.layers.Dense):
 
 
 class SelectiveAttention(compat.AttentionCoreHook, keras.layers.MultiHeadAttention):
-    """Keras' `MultiHeadAttention` whose attention core (scores, softmax, dropout, ·V)
-    and output projection (an `OutputProjection`) are recomputed in the backward pass
-    under `recomputing("selective")` in training, with `HashDropout` inside
-    `dropout.seeded` (the module docstring); Keras' own core otherwise."""
+    """Keras' `MultiHeadAttention` with our attention core (`attention.core`: fewer
+    passes over `[B, heads, S, S]`, the same function), whose core and output projection
+    (an `OutputProjection`) are recomputed in the backward pass under
+    `recomputing("selective")` in training, with `HashDropout` inside `dropout.seeded`
+    (the module docstring). Keras' own core where ours does not apply (attention scores
+    returned, a causal mask, Keras' stateful `Dropout`, other attention axes)."""
 
     def attention_core(self, query, key, value, attention_mask=None, training=None,
                        return_attention_scores=False, use_causal_mask=False):
-        seeded_by = dropout_lib.current()
-        stateless = self.dropout == 0 or isinstance(compat.attention_dropout(self),
-                                                    dropout_lib.HashDropout)
-        if (not training or _mode() != "selective" or return_attention_scores
-                or use_causal_mask or seeded_by is None or not stateless):
+        dropout = compat.attention_dropout(self)
+        hashed = isinstance(dropout, dropout_lib.HashDropout)
+        if (return_attention_scores or use_causal_mask or len(query.shape) != 4
+                or tuple(self.attention_axes) != (1,)
+                or not (self.dropout == 0 or hashed) or dropout.rate >= 1):
             return self.keras_attention_core(
                 query, key, value, attention_mask=attention_mask, training=training,
                 return_attention_scores=return_attention_scores,
                 use_causal_mask=use_causal_mask)
-        parent = self.keras_attention_core
+
+        def parent(q, k, v):
+            return self.core(q, k, v, attention_mask, training)
+
+        seeded_by = dropout_lib.current()
+        if not training or _mode() != "selective" or seeded_by is None:
+            return parent(query, key, value), None
         projection = self.output_dense
         if not (isinstance(projection, OutputProjection) and projection.plain
                 and not compat.attention_gated(self)):
-            def core(q, k, v):
-                return parent(q, k, v, attention_mask=attention_mask, training=training)[0]
-            return _recompute(core, seeded_by, query, key, value), None
+            return _recompute(parent, seeded_by, query, key, value), None
 
         # The output projection too, so that its input (the context, [B, S, H]) is not
         # kept for its kernel's gradient either: the recomputed ·V is then used, not
         # dropped (~1% more of Small's FLOPs), and `call` passes the result through the
         # projection untouched.
         def projected_core(q, k, v, kernel, *bias):
-            context = parent(q, k, v, attention_mask=attention_mask, training=training)[0]
-            return projection.project(context, kernel, *bias)
+            return projection.project(parent(q, k, v), kernel, *bias)
         output = _recompute(projected_core, seeded_by, query, key, value,
                             *weights_as_tensors(projection))
         projection.pass_through(output)
         return output, None
+
+
+    def core(self, query, key, value, attention_mask, training):
+        """The context `[B, T, heads, head]`: `attention.core` with this layer's scale
+        and dropout."""
+        dropout = compat.attention_dropout(self)
+        return attention.core(
+            query, key, value, attention_mask, scale=1.0 / math.sqrt(self.key_dim),
+            dropout=dropout if isinstance(dropout, dropout_lib.HashDropout) else None,
+            training=training)
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")

@@ -16,6 +16,7 @@ import urllib.parse
 import tensorflow as tf
 from absl import logging
 
+from electra_tf import compat
 from electra_tf import errors
 
 STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "one_device")
@@ -133,6 +134,22 @@ def device_kind(strategy) -> str:
         return "tpu"
     device = strategy.extended.worker_devices[0].lower()
     return "gpu" if "gpu" in device else "cpu"
+
+
+# A TPU's memory per replica, which TF does not report: v3's 16 GiB per core (v4's
+# 32 GiB per chip and v5e's 16 GiB per chip are no less).
+TPU_MEMORY_BYTES = 16 * 2**30
+
+
+def device_memory(strategy) -> int | None:
+    """Bytes of memory of one replica's device: a GPU's as TF's allocator sees it, a
+    TPU's by its generation (`TPU_MEMORY_BYTES`); None on CPUs (host memory, shared)."""
+    kind = device_kind(strategy)
+    if kind == "tpu":
+        return TPU_MEMORY_BYTES
+    if kind == "gpu":
+        return compat.gpu_memory_limit(strategy.extended.worker_devices[0])
+    return None
 
 
 def dtype_policy(mixed_precision: str, strategy) -> str:

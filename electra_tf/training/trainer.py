@@ -30,6 +30,7 @@ config.model.temperature_schedule). The masks of the data are functions of (seed
 
 import keras
 import tensorflow as tf
+from absl import logging
 
 from electra_tf import errors
 from electra_tf import model_config
@@ -56,16 +57,21 @@ class Trainer:
         self.global_batch = config.train.batch_size
         self.local_batch = distribute.local_batch_size(strategy, self.global_batch)
         self.accumulation_steps = micro_batches(config.train, self.local_batch)
-        self.remat = config.train.get("remat", "selective")
-        if self.remat not in remat.MODES:
+        self.remat = config.train.get("remat", "auto")
+        if self.remat not in remat.CHOICES:
             raise errors.UserError(f"config.train.remat={self.remat!r}: choose one of "
-                                   f"{', '.join(remat.MODES)}")
+                                   f"{', '.join(remat.CHOICES)}")
         self.policy = distribute.dtype_policy(config.train.mixed_precision, strategy)
         seq_length = config.data.max_seq_length
         with strategy.scope():
             keras.utils.set_random_seed(config.train.seed)
             self.model = model_config.pretrainer(config, vocab_size, dtype=self.policy)
             self.model.build_for(seq_length, num_predictions)
+            # What the backward pass recomputes: `auto` by the device's memory.
+            self.remat, self.remat_reason = remat_mode(self.remat, strategy, self.model,
+                                                       self.local_batch, seq_length,
+                                                       num_predictions, self.policy)
+            logging.info("config.train.remat=%s: %s", self.remat, self.remat_reason)
             # The sampling temperature of step t (constant, or a schedule to 1.0).
             self.temperature = model_config.temperature_schedule(config)
             # Which variables each step trains, by which loss (checked: errors name keys);
@@ -423,6 +429,22 @@ def xla_scope(train_config, strategy) -> str:
     if scope == "auto" and one_device and distribute.device_kind(strategy) == "gpu":
         return "whole_step"
     return "forward_backward"
+
+
+def remat_mode(mode: str, strategy, model, local_batch: int, seq_len: int,
+               num_predictions: int, policy: str) -> tuple[str, str]:
+    """(the recomputation to run, why): `remat.choose` for this replica's step, its
+    activations estimated from the model's shape (the generator's pass counted where
+    the objective has none: an upper bound) and 16 bytes per weight of state (float32
+    weight, gradient and Adam's two moments)."""
+    shape = model.shape
+    activations = remat.activation_bytes(
+        [shape.discriminator, shape.generator], local_batch, seq_len,
+        4 if policy == "float32" else 2,
+        logits=2 * local_batch * num_predictions * model.vocabulary_size)
+    return remat.choose(mode, distribute.device_kind(strategy),
+                        distribute.device_memory(strategy), activations,
+                        16 * model.count_params())
 
 
 def micro_batches(train_config, local_batch: int) -> int:

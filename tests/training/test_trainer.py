@@ -114,15 +114,16 @@ def test_the_whole_step_under_xla_computes_the_same_step(plain):
     _assert_same(run, plain)
 
 
-def _optimized_hlo(trainer):
-    """The compiled forward/backward pass of `trainer`, as XLA optimised it."""
+def _optimized_hlo(trainer, stage="optimized_hlo"):
+    """The compiled forward/backward pass of `trainer`, as XLA optimised it (`stage`:
+    "hlo", before XLA's optimisation)."""
     batch = {k: tf.constant(v) for k, v in _batch().items()}
     uniform = tf.zeros([BATCH, P])
     counts = (tf.constant(1.0), tf.constant(1.0))
     seed = tf.constant([0, 0], tf.int64)
     return trainer._forward_backward.experimental_get_compiler_ir(  # pylint: disable=protected-access
         batch, uniform, counts, seed, tf.constant(0), trainer.stage,
-        trainer.temperature(tf.constant(0, tf.int64)))(stage="optimized_hlo")
+        trainer.temperature(tf.constant(0, tf.int64)))(stage=stage)
 
 
 def _count(op, hlo):
@@ -169,6 +170,31 @@ def test_recomputed_blocks_compute_the_same_step_and_really_recompute(plain):
     assert remat_dots > plain_dots, (plain_dots, remat_dots)
 
 
+def test_remat_auto_chooses_by_the_device_and_its_memory(plain, monkeypatch):
+    """`auto` on fake devices: a CPU recomputes selectively (today's default, the log
+    line says why); a GPU or TPU whose memory holds the estimated activations
+    recomputes nothing; one too small for them recomputes selectively."""
+    model = plain[0].model
+    assert plain[0].remat == "none" and plain[0].remat_reason == "as configured"
+
+    def mode(kind, memory_bytes, batch=BATCH):
+        monkeypatch.setattr(distribute, "device_kind", lambda strategy: kind)
+        monkeypatch.setattr(distribute, "device_memory", lambda strategy: memory_bytes)
+        return trainer_lib.remat_mode("auto", None, model, batch, SEQ, P, "mixed_bfloat16")
+
+    chosen, reason = mode("cpu", None)
+    assert chosen == "selective" and reason.startswith("auto on a CPU: selective"), reason
+    assert mode("gpu", 80 * 2**30)[0] == "none"
+    assert mode("tpu", distribute.TPU_MEMORY_BYTES)[0] == "none"
+    assert mode("gpu", None)[0] == "selective"  # memory unknown
+    # The tiny model keeps ~1.9 MiB at 8 rows (~0.2 MiB at 1) beside 2.6 MiB of
+    # weights and Adam's state.
+    chosen, reason = mode("gpu", 4 * 2**20)
+    assert chosen == "selective" and "do not fit" in reason, reason
+    chosen, reason = mode("gpu", 4 * 2**20, batch=1)
+    assert chosen == "none" and " fit in 60% of the GPU's" in reason, reason
+
+
 def test_bad_values_are_one_line_errors_naming_the_key():
     strategy = distribute.get_strategy(_config().runtime)
     for train, message in (
@@ -178,8 +204,8 @@ def test_bad_values_are_one_line_errors_naming_the_key():
              "number >= 1 (1: no accumulation)"),
             ({"accumulation_steps": True}, "config.train.accumulation_steps=True: give a "
              "whole number >= 1 (1: no accumulation)"),
-            ({"remat": "all"}, "config.train.remat='all': choose one of none, selective, "
-             "blocks"),
+            ({"remat": "all"}, "config.train.remat='all': choose one of auto, none, "
+             "selective, blocks"),
             ({"xla_scope": "everything"}, "config.train.xla_scope='everything': choose one "
              "of auto, whole_step, forward_backward")):
         with pytest.raises(errors.UserError) as raised:

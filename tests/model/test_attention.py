@@ -1,0 +1,187 @@
+"""model/attention.py: the attention core computes Keras' attention (values, gradients,
+dropout masks), in fewer passes over `[B, heads, S, S]` in the compiled step; its
+dropout is `config.model.attention_dropout`, its own rate."""
+
+import re
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf import compat
+from electra_tf.model import attention
+from electra_tf.model import dropout as dropout_lib
+from electra_tf.model import encoder as encoder_lib
+from electra_tf.model import remat
+
+B, HEADS, S, HEAD = 3, 2, 20, 8  # [B, heads, S, S] = [3, 2, 20, 20]: no other tensor's dims
+
+
+def _encoder(attention_dropout=None, dtype="float32", num_layers=1):
+    keras.utils.set_random_seed(0)
+    embeddings = encoder_lib.Embeddings(vocabulary_size=30, embedding_size=HEADS * HEAD,
+                                        max_sequence_length=S, dtype=dtype)
+    encoder = encoder_lib.Encoder(embeddings, hidden_size=HEADS * HEAD, num_layers=num_layers,
+                                  num_heads=HEADS, intermediate_size=24, dtype=dtype,
+                                  attention_dropout=attention_dropout)
+    rng = np.random.default_rng(0)
+    mask = np.ones((B, S), "int32")
+    mask[1, 15:] = 0
+    inputs = {"token_ids": tf.constant(rng.integers(1, 30, (B, S)).astype("int32") * mask),
+              "segment_ids": tf.zeros((B, S), tf.int32), "padding_mask": tf.constant(mask)}
+    encoder.build({k: v.shape for k, v in inputs.items()})
+    dropout_lib.number_streams(encoder)
+    return encoder, inputs
+
+
+def _step(encoder, mode="none"):
+    """The compiled forward/backward pass: (output, loss gradients of the variables)."""
+    weights = tf.constant(np.random.default_rng(1).normal(size=(B, S, HEADS * HEAD)),
+                          tf.float32)
+
+    @tf.function(jit_compile=True)
+    def step(inputs, seed):
+        with remat.recomputing(mode), dropout_lib.seeded(seed):
+            with tf.GradientTape() as tape:
+                output = tf.cast(encoder(inputs, training=True), tf.float32)
+                loss = tf.reduce_sum(output * weights)
+        grads = tape.gradient(loss, encoder.trainable_variables)
+        return output, [tf.convert_to_tensor(g) for g in grads]
+    return step
+
+
+SEED = tf.constant([1, 2], tf.int64)
+
+
+@pytest.fixture
+def keras_core(monkeypatch):
+    """The attention core before this module: Keras' own (with the same HashDropout)."""
+    def keras(self, query, key, value, attention_mask, training):
+        return self.keras_attention_core(query, key, value, attention_mask=attention_mask,
+                                         training=training)[0]
+
+    def use_keras_core():
+        monkeypatch.setattr(remat.SelectiveAttention, "core", keras)
+    return use_keras_core
+
+
+def _assert_keras_step(encoder, inputs, keras_core):
+    """Our core's compiled step equals Keras' core's, to float rounding (the
+    normalisation comes after the ·V here); (ours, Keras') outputs."""
+    ours = _step(encoder)(inputs, SEED)
+    keras_core()
+    theirs = _step(encoder)(inputs, SEED)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5, atol=1e-5)
+    for mine, keras_grad in zip(ours[1], theirs[1]):
+        np.testing.assert_allclose(mine, keras_grad, rtol=1e-4, atol=1e-5)
+    return ours[0], theirs[0]
+
+
+def test_the_core_is_keras_attention_with_the_same_dropout_masks(keras_core):
+    """At the default rate (0.1) in training: the same outputs and gradients."""
+    encoder, inputs = _encoder()
+    ours, theirs = _assert_keras_step(encoder, inputs, keras_core)
+    # The masks are the same draws: another seed's output differs by much more.
+    other = _step(encoder)(inputs, tf.constant([3, 4], tf.int64))[0]
+    assert np.abs(other - theirs).max() > 100 * np.abs(ours - theirs).max()
+
+
+def test_a_row_with_no_key_gets_a_zero_context_and_no_gradient():
+    rng = np.random.default_rng(0)
+    q, k, v = (tf.constant(rng.normal(size=(1, 3, 2, 4)), tf.float32) for _ in range(3))
+    mask = tf.constant([[[True, True, False], [False, False, False], [True, False, True]]])
+    with tf.GradientTape() as tape:
+        tape.watch([q, k, v])
+        out = attention.core(q, k, v, mask, scale=0.5)
+        loss = tf.reduce_sum(out * out)
+    grads = tape.gradient(loss, [q, k, v])
+    assert np.all(out[0, 1] == 0) and np.all(np.isfinite(out))
+    assert all(np.all(np.isfinite(g)) for g in grads)
+    assert np.all(grads[0][0, 1] == 0)  # the empty row's query
+    assert np.all(grads[1][0, 2, :, :] != 0)  # key 2 is attended by row 2
+
+
+def test_zero_attention_dropout_is_keras_attention_without_dropout(keras_core):
+    encoder, inputs = _encoder(attention_dropout=0.0)
+    block = encoder.blocks[0]
+    attention_layer = compat.encoder_block_parts(block).attention
+    assert attention_layer.dropout == compat.attention_dropout(attention_layer).rate == 0.0
+    assert compat.encoder_block_parts(block).attention_dropout.rate == 0.1  # the others'
+    _assert_keras_step(encoder, inputs, keras_core)
+
+
+def test_checkpoints_restore_whatever_the_attention_dropout(tmp_path):
+    """The rate adds no variable: a checkpoint of an encoder of one rate (or of one
+    made before the field existed: the same variables) restores into another."""
+    before, _ = _encoder(num_layers=2)
+    after, _ = _encoder(attention_dropout=0.0, num_layers=2)
+    for variable in after.weights:
+        variable.assign(tf.zeros_like(variable))
+    path = tf.train.Checkpoint(encoder=before).save(str(tmp_path / "ckpt"))
+    tf.train.Checkpoint(encoder=after).restore(path).assert_consumed()
+    assert [v.shape for v in after.weights] == [v.shape for v in before.weights]
+    for a, b in zip(after.weights, before.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    config = after.get_config()
+    assert config["attention_dropout"] == 0.0
+    del config["attention_dropout"]  # a config saved before the field: `dropout`'s rate
+    assert encoder_lib.Encoder.from_config(config).attention_dropout == 0.1
+
+
+def _top_level_fusions_over(hlo: str, dims) -> list[str]:
+    """The fusions of the compiled program (not those inside other fusions) that read or
+    write a tensor whose dimensions are `dims` in any order (any layout XLA chose)."""
+    want = sorted(dims)
+    computations, name = {}, None
+    for line in hlo.splitlines():
+        header = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
+        if header and not line.startswith(" "):
+            name = header.group(1)
+            computations[name] = []
+        elif name and line.startswith("  "):
+            computations[name].append(line.strip())
+    fused = set(re.findall(r"calls=%([\w.\-]+)", hlo))
+    found = []
+    for computation, lines in computations.items():
+        if computation in fused:
+            continue
+        shapes = {}
+        for line in lines:
+            parsed = re.match(r"(?:ROOT )?%([\w.\-]+) = (\(?[^=]*?)\s+([\w\-]+)\((.*)", line)
+            if not parsed:
+                continue
+            instruction, shape, op, rest = parsed.groups()
+            shapes[instruction] = shape
+            if op != "fusion":
+                continue
+            operands = re.findall(r"%([\w.\-]+)", rest.split(")")[0])
+            touched = " ".join([shape] + [shapes.get(o, "") for o in operands])
+            if any(sorted(int(d) for d in found_dims.split(",") if d) == want
+                   for found_dims in re.findall(r"\[([\d,]*)\]", touched)):
+                found.append(instruction)
+    return found
+
+
+def _passes(encoder, inputs, mode):
+    hlo = _step(encoder, mode).experimental_get_compiler_ir(inputs, SEED)(
+        stage="optimized_hlo")
+    return len(_top_level_fusions_over(hlo, (B, HEADS, S, S)))
+
+
+@pytest.mark.parametrize("dtype, mode, keras_count, count", [
+    ("float32", "none", 7, 5),
+    ("float32", "selective", 11, 8),
+    ("mixed_bfloat16", "none", 9, 6),
+])
+def test_fewer_passes_over_the_attention_tensors(keras_core, dtype, mode, keras_count,
+                                                 count):
+    """XLA:CPU's compiled step of one block: the fusions that read or write a
+    `[B, heads, S, S]` tensor. Keras' core: the mask's select and max, exp, sum, divide,
+    dropout; backward Σ P·dP, the softmax's gradient. Ours: max, Σ exp, the dropped
+    exponentials; backward the dropped probabilities, the scores' gradient (bfloat16:
+    plus XLA:CPU's conversion of the scores, which its float32 matmul returns)."""
+    encoder, inputs = _encoder(dtype=dtype)
+    assert _passes(encoder, inputs, mode) == count
+    keras_core()
+    assert _passes(encoder, inputs, mode) == keras_count
