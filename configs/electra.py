@@ -85,7 +85,8 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
                                               # (ModernBERT and Cramming train without)
 
     config.train = ml_collections.ConfigDict()
-    config.train.batch_size = batch_size      # global batch; paper: 128/256/2048
+    config.train.batch_size = batch_size      # global batch; paper: 128/256/2048 (GPUs,
+                                              # TPUs: docs/accelerators.md)
     config.train.steps = steps                # paper: 1M/766k/400k
     config.train.learning_rate = learning_rate  # peak; paper: 5e-4/2e-4/2e-4
     config.train.warmup_steps = 30 if tiny else 10_000  # paper: 10k, then linear decay to 0
@@ -96,6 +97,7 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
     config.train.adam_epsilon = 1e-6          # paper: 1e-6
     config.train.clip_norm = 1.0              # global-norm clipping; paper: 1.0
     config.train.steps_per_loop = 10 if tiny else 100  # steps per tf.function call
+                                              # (TPUs: 500-1000, docs/accelerators.md)
     config.train.checkpoint_every = 100 if tiny else 5_000  # steps (rounded to loops)
     config.train.keep_checkpoints = 3         # checkpoints kept (the newest)
     config.train.log_every = 20 if tiny else 100  # steps between log lines and summaries
