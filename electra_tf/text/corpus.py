@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import glob
 import gzip
+import io
 import os
 import re
 import sysconfig
@@ -251,11 +252,42 @@ def _size(path: str) -> int:
     return tf.io.gfile.stat(path).length if _is_url(path) else os.path.getsize(path)
 
 
+class _GFileBytes(io.RawIOBase):
+    """A tf.io.gfile file as Python's raw bytes: GFile's own readline drops the \r of
+    \r\n, which would shift the byte positions `FileRange`s are cut at."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self._file = tf.io.gfile.GFile(path, "rb")
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._file.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._file.seek(offset, whence)
+        return self._file.tell()
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
 @contextlib.contextmanager
 def _open_binary(path: str):
     """`path` for reading bytes (`.gz` decompressed): Python's own file on a local disk
     (its readline is the faster), tf.io.gfile's for a URL (gs://)."""
-    with (tf.io.gfile.GFile(path, "rb") if _is_url(path) else open(path, "rb")) as raw:
+    with (io.BufferedReader(_GFileBytes(path)) if _is_url(path) else open(path, "rb")) as raw:
         if not path.endswith(".gz"):
             yield raw
             return

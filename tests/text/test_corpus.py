@@ -621,3 +621,29 @@ def test_ranges_that_tile_a_file_read_every_document_once_whole(tmp_path):
         assert [d for d in _documents(lines) if d] == [d for d in whole if d], range_bytes
         assert ((stats.bytes, stats.lines, stats.files, stats.invalid_utf8_lines) ==
                 (whole_stats.bytes, whole_stats.lines, 1, 1)), range_bytes
+
+
+def test_a_corpus_on_a_url_file_system_reads_as_a_local_one(tmp_path):
+    """gs:// (a TPU user's corpus) as TF's `ram://` stands for it: the same globs,
+    sizes, lines of .txt and .gz files, and ranges as from a local disk."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    url = f"ram://corpus_test_{os.getpid()}"
+    text = b"a b\nc\n\n\n d e \r\n\r\n\xff\xfe\nf\n\ng h\n\ni"
+    for name, data in (("one.txt", text), ("two.txt.gz", gzip.compress(text))):
+        _write_bytes(tmp_path / name, data)
+        with tf.io.gfile.GFile(f"{url}/{name}", "wb") as f:
+            f.write(data)
+    local, remote = corpus.open_corpus(f"{tmp_path}/*"), corpus.open_corpus(f"{url}/*")
+    assert remote.paths == [f"{url}/one.txt", f"{url}/two.txt.gz"]
+    assert list(remote.lines) == list(local.lines)
+    assert remote.size_estimate == local.size_estimate
+    assert remote.stats.as_dict() == {**local.stats.as_dict(), "first_invalid_utf8":
+                                      f"{url}/one.txt:7"}  # the same bytes, \r\n too
+    parts = corpus.split_files([f"{url}/one.txt"], 5)
+    assert len(parts) > 1
+    assert [line for p in parts for line in corpus.read_range(p, corpus.CorpusStats())
+            if line] == [line for line in corpus.read_lines([str(tmp_path / "one.txt")],
+                                                             corpus.CorpusStats()) if line]
+    assert corpus.write_corpus(["x", "", "y", ""], f"{url}/out/c.txt") == 2
+    assert tf.io.gfile.listdir(f"{url}/out") == ["c.txt"]
+    tf.io.gfile.rmtree(url)
