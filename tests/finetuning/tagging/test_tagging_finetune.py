@@ -4,6 +4,7 @@ answers raw text with the entities' character spans."""
 
 import json
 import os
+import subprocess
 from unittest import mock
 
 import numpy as np
@@ -62,7 +63,8 @@ def test_read_takes_the_types_from_the_training_file_and_labels_first_pieces(tmp
     assert config.model.entity_types == "LOC,ORG,PER"   # saved with config.json
     assert task.labels[:5] == ["O", "B-LOC", "I-LOC", "E-LOC", "S-LOC"]
     assert read.train.summary.startswith("40 sentences in ")
-    assert read.train.summary.endswith(f"from {data}/eng.train (0 skipped)")
+    assert read.train.summary.endswith(f"from {data}/eng.train (0 skipped); entity types "
+                                       "LOC, ORG, PER (from it, saved in config.json)")
     assert list(read.evals) == ["validation"] and list(read.tests) == ["test"]
     columns = read.train.columns
     sentences = conll.read(os.path.join(data, "eng.train"), "iob1")
@@ -216,3 +218,35 @@ def test_tiny_model_learns_the_generated_set_resumes_and_its_export_answers(tmp_
     for key in ("entity_start", "entity_end"):
         assert rest[key][0][:n].tolist() == want[key]
     assert [t.decode() for t in rest["tags"][0] if t] == want["tags"]
+
+
+@pytest.mark.slow  # four fine-tuning processes, two of them one run
+def test_tagging_under_mirrored_and_two_workers_gives_the_one_device_results(tmp_path):
+    """Mirrored over 2 logical CPUs, and two local workers: the same global batches of
+    windows, every dev window once, the logits gathered in order: the same metrics and
+    predictions.txt as one device."""
+    pretrained = tmp_path / "pretrained"
+    helpers.write_pretrained_run(pretrained, SEQ, dropout=0.0)  # runs differ in sums only
+    data = generated.write_set(tmp_path / "data", 160, 30)
+    command = helpers.finetune_command("tagging", None, pretrained, data,
+                                       "--config.model.dropout=0", seq=SEQ)
+    runs = {"one": ["--config.runtime.strategy=one_device"],
+            "mirrored": ["--config.runtime.strategy=mirrored", "--config.runtime.cpu_devices=2"]}
+    for name, flags in runs.items():
+        result = subprocess.run(command + [f"--workdir={tmp_path / name}"] + flags, cwd=ROOT,
+                                capture_output=True, text=True, timeout=600,
+                                env=helpers.child_env())
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert "MirroredStrategy: 2 replica(s)" in result.stderr
+    for text in helpers.run_local_workers(
+            command + [f"--workdir={tmp_path / 'workers'}",
+                       "--config.runtime.strategy=multi_worker"], str(tmp_path)):
+        assert "MultiWorkerMirroredStrategy: 2 replica(s)" in text
+    one = json.load(open(tmp_path / "one" / "results.json"))
+    predictions = (tmp_path / "one" / "predictions.txt").read_text(encoding="utf-8")
+    for name in ("mirrored", "workers"):
+        other = json.load(open(tmp_path / name / "results.json"))
+        for a, b in zip(one["evaluations"], other["evaluations"], strict=True):
+            assert b["metrics"]["validation"] == pytest.approx(
+                a["metrics"]["validation"], rel=1e-3, abs=1e-6), (name, a, b)
+        assert (tmp_path / name / "predictions.txt").read_text(encoding="utf-8") == predictions
