@@ -59,8 +59,8 @@ def main(argv):
                              lower_case=_LOWER_CASE.value,
                              max_seq_length=_MAX_SEQ_LENGTH.value,
                              vocab_file=_VOCAB_FILE.value)
-    print(f"Exported {path} (signatures: {', '.join(export.SIGNATURES)}; needs TF Serving "
-          f">= {export.MIN_TF_SERVING})")
+    print(f"Exported {path} (signatures: {', '.join(export.signatures(_WORKDIR.value))}; "
+          f"needs TF Serving >= {export.MIN_TF_SERVING})")
 
 
 if __name__ == "__main__":

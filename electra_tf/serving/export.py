@@ -73,6 +73,7 @@ from electra_tf import progress
 from electra_tf import workdir as workdir_lib
 from electra_tf.data import masking
 from electra_tf.data import pipeline
+from electra_tf.model import objectives
 from electra_tf.model import pretrainer
 from electra_tf.text import packer as packer_lib
 from electra_tf.text import tokenizer as tokenizer_lib
@@ -95,6 +96,13 @@ def discriminate(model: pretrainer.ElectraPretrainer, input_ids, input_mask, seg
     sequence = tf.cast(sequence, tf.float32)
     return {**model.objective.serve(model, sequence, input_mask),
             "sequence_output": sequence, "cls_output": sequence[:, 0]}
+
+
+def signatures(workdir: str) -> tuple:
+    """The signatures `export_run` writes for the pre-training run in `workdir`."""
+    config = ml_collections.ConfigDict(workdir_lib.read_json(workdir, workdir_lib.CONFIG))
+    scores = objectives.get(model_config.objective_name(config)).scores
+    return SIGNATURES + (("score",) if scores else ())
 
 
 def score(model: pretrainer.ElectraPretrainer, input_ids, input_mask, segment_ids):

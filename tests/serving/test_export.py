@@ -125,7 +125,7 @@ def test_warmup_requests_are_valid_predict_requests(run, exported):
         outputs = loaded.signatures[request.model_spec.signature_name](
             **{k: tf.constant(v) for k, v in inputs.items()})
         assert all(v.shape[0] == len(inputs["text"]) for v in outputs.values())
-    assert names == ["serving_default", "serving_pair", "encode"]
+    assert names == ["serving_default", "serving_pair", "encode", "score"]
 
 
 def test_bad_output_and_workdir_are_one_line_errors(run, tmp_path):
@@ -175,7 +175,8 @@ def test_export_tool(run, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "needs TF Serving >= 2.12" in result.stdout
     # Progress: each signature traced, with an ETA, then the write.
-    assert "export: traced encode_ids: 6/6 signatures (100.0%)" in result.stderr
+    assert "export: traced score: 7/7 signatures (100.0%)" in result.stderr
+    assert "encode_ids, score;" in result.stdout  # ELECTRA scores texts in one pass
     assert "export: wrote the SavedModel and its warm-up requests in" in result.stderr
     loaded = tf.saved_model.load(output)
     out = loaded.signatures["serving_default"](text=tf.constant(["the cat"]))
