@@ -15,6 +15,7 @@ from electra_tf import model_config
 from electra_tf.model import dropout
 from electra_tf.model import flops
 from electra_tf.model import objectives
+from electra_tf.model import remat
 from electra_tf.model.objectives import base
 from electra_tf.training import predictions
 from tests import helpers
@@ -152,3 +153,21 @@ def test_the_predictions_view_marks_every_sample_as_noise(model, tmp_path):
     assert [sum(t.masked for t in row) for row in shown] == [3, 2]
     assert all(t.replaced == t.masked for row in shown for t in row)
     assert all(0.0 <= t.probability <= 1.0 for row in shown for t in row)
+
+
+@pytest.mark.parametrize("mode", ["blocks", "selective"])
+def test_recomputing_the_towers_changes_no_gradient(model, mode):
+    b = test_objectives.batch()
+    inputs = {"token_ids": b["input_ids"], "segment_ids": b["segment_ids"],
+              "padding_mask": b["input_mask"]}
+    variables = model.generator.trainable_variables
+
+    @tf.function
+    def gradients(mode):
+        with remat.recomputing(mode), dropout.seeded(tf.constant([1, 2], tf.int64)):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(tf.sin(model.generator(inputs, training=True)))
+        return tape.gradient(loss, variables)
+    for plain, recomputed in zip(gradients("none"), gradients(mode)):
+        np.testing.assert_allclose(tf.convert_to_tensor(recomputed),
+                                   tf.convert_to_tensor(plain), rtol=1e-4, atol=1e-6)
