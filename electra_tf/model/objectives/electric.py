@@ -26,6 +26,11 @@ global mean under any number of replicas; the original divides by its candidates
 real tokens but [CLS] and the [SEP]s: a few percent fewer). Only the joint algorithm
 trains it (its generator learns by the cloze loss, not by MLM), and never with
 tie=all (two causal towers cannot be the discriminator).
+
+>>> causal_mask(3, "ltr").numpy().tolist()  # query row i reads keys j <= i
+[[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+>>> round(noise_log_ratio(0.15), 4)  # the prior odds of noise at mask_prob 0.15
+-1.7346
 """
 
 import contextlib
