@@ -146,7 +146,7 @@ def aside(file: str, tag: str = "tmp") -> str:
     return os.path.join(directory, f".{name}.{tag}")
 
 
-def rename_folder(source: str, target: str, last: str) -> None:
+def rename_folder(source: str, target: str, last: str | None = None) -> None:
     """Renames the folder `source` to `target`, which must not exist: one atomic rename
     on a local disk; on a URL file system file by file, `last` (a file of `source`, e.g.
     saved_model.pb) after the others, so that a reader waiting for it finds the rest (an

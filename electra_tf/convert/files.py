@@ -4,8 +4,10 @@ whole or not at all, the vocabulary checked against the table and copied, JSON f
 import contextlib
 import json
 import os
-import shutil
 
+import tensorflow as tf
+
+from electra_tf import workdir as workdir_lib
 from electra_tf.convert import table
 from electra_tf.text import tokenizer as tokenizer_lib
 
@@ -18,31 +20,38 @@ def copy_vocab(vocab_file, spec, directory):
     if vocab.size != spec.vocab_size:
         raise table.ConversionError(f"{vocab_file}: {vocab.size} tokens, but the "
                                     f"checkpoint's embeddings have {spec.vocab_size} rows")
-    shutil.copyfile(vocab_file, os.path.join(directory, "vocab.txt"))
+    tf.io.gfile.copy(vocab_file, os.path.join(directory, "vocab.txt"), overwrite=True)
 
 
 def write_json(obj, path):
-    with open(path, "w", encoding="utf-8") as f:
+    with tf.io.gfile.GFile(path, "w") as f:
         f.write(json.dumps(obj, indent=2) + "\n")
+
+
+def _remove(path: str) -> None:
+    if tf.io.gfile.isdir(path):
+        tf.io.gfile.rmtree(path)
+    elif tf.io.gfile.exists(path):
+        tf.io.gfile.remove(path)
 
 
 @contextlib.contextmanager
 def new_directory(path: str):
-    """Yields a temporary directory that becomes `path` when the block succeeds (removed
-    if it fails): a crash never leaves a half-written checkpoint at `path`."""
-    if os.path.isdir(path) and os.listdir(path) or os.path.isfile(path):
+    """Yields a temporary directory (`workdir.aside`: DIR/.NAME.tmp) that becomes `path`
+    when the block succeeds (removed if it fails): a crash never leaves a half-written
+    checkpoint at `path`. `path` may be a URL (gs://)."""
+    if (tf.io.gfile.isdir(path) and tf.io.gfile.listdir(path)
+            or tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)):
         raise table.ConversionError(f"{path}: exists and is not empty; choose a new "
                                     "--output")
-    tmp = path.rstrip("/") + ".tmp"
-    if os.path.isfile(tmp) or os.path.islink(tmp):  # left by an earlier failed run
-        os.remove(tmp)
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    tmp = workdir_lib.aside(path)
+    _remove(tmp)  # left by an earlier failed run
+    tf.io.gfile.makedirs(tmp)
     try:
         yield tmp
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
         raise
-    if os.path.isdir(path):
-        os.rmdir(path)  # empty
-    os.rename(tmp, path)
+    if tf.io.gfile.isdir(path):
+        tf.io.gfile.rmtree(path)  # empty
+    workdir_lib.rename_folder(tmp, path)

@@ -116,7 +116,7 @@ def read(path: str, num_heads: int | None = None,
     tensors = {slot.name: tensor(slot.name, slot.shape)
                for slot in table.expected_slots(spec)}
     vocab = os.path.join(os.path.dirname(prefix), "vocab.txt")
-    return table.Weights(spec, tensors, prefix, vocab if os.path.exists(vocab) else None,
+    return table.Weights(spec, tensors, prefix, vocab if tf.io.gfile.exists(vocab) else None,
                          tuple(sorted(set(shapes) - set(tensors))), notes=tuple(notes))
 
 
@@ -126,7 +126,7 @@ def write(weights: table.Weights, output: str, vocab_file: str | None = None) ->
     with files.new_directory(output) as tmp:
         # TF1's Saver writes this format: a tensor bundle keyed by variable name.
         compat.save_tensor_bundle(os.path.join(tmp, "model.ckpt"), weights.tensors)
-        with open(os.path.join(tmp, "checkpoint"), "w", encoding="utf-8") as f:
+        with tf.io.gfile.GFile(os.path.join(tmp, "checkpoint"), "w") as f:
             f.write('model_checkpoint_path: "model.ckpt"\n')  # for tf.train.latest_checkpoint
         files.copy_vocab(vocab_file, weights.spec, tmp)
     return os.path.join(output, "model.ckpt")

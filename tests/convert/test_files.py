@@ -18,14 +18,14 @@ def test_outputs_are_checked(original, weights, tmp_path):
     with pytest.raises(table.ConversionError, match=r"vocab.txt: 12 tokens, but the "
                        r"checkpoint's embeddings have 32 rows"):
         hf.write(weights, str(tmp_path / "hf"), other.path)
-    assert not os.path.exists(tmp_path / "hf") and not os.path.exists(tmp_path / "hf.tmp")
+    assert os.listdir(tmp_path) == ["vocab.txt"]  # no hf, no .hf.tmp
 
 
 def test_a_leftover_temporary_output_does_not_stop_a_conversion(tmp_path):
-    """A failed run's OUTPUT.tmp (a file or a directory) is replaced, not an error."""
+    """A failed run's .OUTPUT.tmp (a file or a directory) is replaced, not an error."""
     for leftover in ("file", "directory"):
         output = tmp_path / leftover
-        tmp = tmp_path / f"{leftover}.tmp"
+        tmp = tmp_path / f".{leftover}.tmp"
         if leftover == "file":
             tmp.write_text("half")
         else:
