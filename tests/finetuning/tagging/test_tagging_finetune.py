@@ -147,11 +147,11 @@ def _rest_example():
             for marker in ("tagging-rest-request", "tagging-rest-response")]
 
 
-@pytest.mark.slow  # a fine-tuning run of ~280 steps (about a minute), an export process
+@pytest.mark.slow  # a fine-tuning run of 375 steps (about two minutes), an export process
 def test_tiny_model_learns_the_generated_set_resumes_and_its_export_answers(tmp_path):
     pretrained = str(tmp_path / "pretrained")
     helpers.write_pretrained_run(pretrained, SEQ)
-    data = generated.write_set(tmp_path / "data", 3000, 200, num_test=50)
+    data = generated.write_set(tmp_path / "data", 4000, 200, num_test=50)
     workdir = str(tmp_path / "run")
     config = _config("tagging", pretrained, data)
     config.predict_test = True
