@@ -111,18 +111,22 @@ def main(argv):
     if not config.data.vocab_file:
         raise errors.UserError("config.data.vocab_file is empty")
     # Before hours of pre-training, not after them.
-    if _TASK_TEXT.value and not os.path.isfile(_TASK_TEXT.value):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+    if _TASK_TEXT.value and (not tf.io.gfile.exists(_TASK_TEXT.value)
+                             or tf.io.gfile.isdir(_TASK_TEXT.value)):
         raise errors.UserError(f"--task_text={_TASK_TEXT.value}: " + (
-            "a directory, not a file" if os.path.isdir(_TASK_TEXT.value) else "no such file"))
-    if _TASK_DIR.value and not os.path.isdir(_TASK_DIR.value):
+            "a directory, not a file" if tf.io.gfile.isdir(_TASK_TEXT.value)
+            else "no such file"))
+    if _TASK_DIR.value and not tf.io.gfile.isdir(_TASK_DIR.value):
         raise errors.UserError(f"--task_dir={_TASK_DIR.value}: no such directory")
     common_flags.check_output_path("output_dir", out, directory=True)
     vocab = tokenizer.Vocab.load(config.data.vocab_file)
     budget = _BUDGET.value or given[0].name
     planned = variants.plan(config, vocab, given, budget, _EVALUATIONS.value)
-    os.makedirs(out, exist_ok=True)
+    tf.io.gfile.makedirs(out)
     task_dir = _TASK_DIR.value or compare.swapped_words_task(
-        _TASK_TEXT.value, os.path.join(out, "task"), _TASK_EXAMPLES.value,
+        _TASK_TEXT.value, workdir_lib.path(out, compare.TASK), _TASK_EXAMPLES.value,
         config.train.seed)
     # Fine-tuning runs are per task: another task re-uses the pre-training runs.
     task_name = _TASK.value if _TASK_DIR.value else "swapped_words"

@@ -25,7 +25,9 @@ from electra_tf import model_config
 from electra_tf import workdir as workdir_lib
 from electra_tf.training import generator_init
 
-RUNS, FINETUNE, TABLE, PLOT = "runs", "finetune", "table.md", "comparison.png"
+# OUTPUT_DIR's folders and files.
+RUNS, FINETUNE, TASK = "runs", "finetune", "task"
+TABLE, PLOT = "table.md", "comparison.png"
 
 
 def swapped_words_task(text_file: str, directory: str, num_train: int, seed: int) -> str:
