@@ -8,7 +8,6 @@ import time
 
 import tensorflow as tf
 
-from electra_tf.data import beam
 from electra_tf.data import writer
 from electra_tf.text import corpus
 from electra_tf.text import tokenizer as tokenizer_lib
@@ -16,6 +15,9 @@ from electra_tf.text import tokenizer as tokenizer_lib
 
 def run(workdir: str, corpus_path: str, vocab, *, seq_len: int,
         beam_workers: tuple[int, ...] = (1, 2)) -> dict:
+    # Here, not at the top: tools/benchmark.py's other modes run where Apache Beam is
+    # not installed (the GPU machines' pack, tools/device/rehearse.sh).
+    from electra_tf.data import beam  # pylint: disable=g-import-not-at-top
     with open(corpus_path, encoding="utf-8") as f:
         lines = [line.strip() for line in f]
     size_mb = os.path.getsize(corpus_path) / 1e6

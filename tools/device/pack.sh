@@ -5,6 +5,7 @@
 # (ignored by .gitignore), each carried by one call. See BENCHMARKS.md, "GPU", for the
 # calls, and WORKSPACE.md's layout entry for tools/device/.
 #   tools/device/pack.sh [WORKDIR]       # ~15 minutes on 2 cores (zstd -19)
+# ZSTD_LEVEL=3 packs in a minute, in more parts (a rehearsal: tools/device/rehearse.sh).
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 W=${1:-/tmp/electra_gpu}
@@ -29,7 +30,7 @@ rm -rf "$W/site/tensorflow/include" "$N/cuda_nvcc/include" "$N/cuda_nvcc/nvvm/li
   "$N/cuda_nvcc/nvvm/include" "$N/cuda_nvcc/lib" "$N/cuda_runtime/include" \
   "$N/cuda_cupti/include" "$N"/cuda_cupti/lib/libnvperf* "$N/cuda_cupti/lib/libcheckpoint.so"
 find "$N/cuda_nvcc/bin" -type f ! -name ptxas -delete
-tar -C "$W/site" -cf - . | zstd -q -19 --long=30 -T0 -f -o "$W/site.tar.zst"
+tar -C "$W/site" -cf - . | zstd -q -${ZSTD_LEVEL:-19} --long=30 -T0 -f -o "$W/site.tar.zst"
 rm -rf "$ROOT"/.p[0-9]*
 # 56 MiB a part: with the tracked files (~1.4 MB) and, in the last, zstandard's wheel
 # (5.3 MiB), every call stays under the device tool's 64 MiB.

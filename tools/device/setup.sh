@@ -8,22 +8,7 @@ T0=$(date +%s)
 mkdir -p /tmp/p; cp -n .p[0-9]*/* /tmp/p/ 2>/dev/null
 python3 -c "import zstandard" 2>/dev/null ||
   python3 -m pip install -q --no-index --no-deps --target /tmp/zst /tmp/p/zstandard-*.whl
-PYTHONPATH=/tmp/zst python3 - <<'PY'
-import glob, tarfile, zstandard
-class Parts:  # the parts read as one stream
-    def __init__(self, names): self.files = [open(n, "rb") for n in names]
-    def read(self, n=-1):
-        out = b""
-        while self.files and (n < 0 or len(out) < n):
-            chunk = self.files[0].read(-1 if n < 0 else n - len(out))
-            if not chunk: self.files.pop(0); continue
-            out += chunk
-        return out
-names = sorted(glob.glob("/tmp/p/site.part*"))
-print("parts:", len(names), flush=True)
-reader = zstandard.ZstdDecompressor(max_window_size=2**31).stream_reader(Parts(names))
-tarfile.open(fileobj=reader, mode="r|").extractall("/tmp/site")
-PY
+PYTHONPATH=/tmp/zst python3 tools/device/unpack.py /tmp/p /tmp/site
 [ $? -eq 0 ] || { echo "unpacking failed: is a part missing?"; exit 4; }
 echo "unpacked in $(( $(date +%s) - T0 )) s: $(du -sh /tmp/site | cut -f1)"
 L=/tmp/site/nvidia/standin/lib; mkdir -p $L; dirs=""

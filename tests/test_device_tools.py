@@ -1,0 +1,38 @@
+"""tools/device/compare.py's line per point (the device scripts themselves run on a lent
+GPU machine, and on a CPU through tools/device/rehearse.sh: neither in CI)."""
+
+import importlib.util
+import os
+
+import pytest
+
+from tests import helpers
+
+_SPEC = importlib.util.spec_from_file_location(
+    "compare", os.path.join(helpers.ROOT, "tools", "device", "compare.py"))
+compare = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(compare)
+
+
+def test_a_point_is_size_seq_batch():
+    assert compare.parse_point("base-128-256") == ("base", 128, 256)
+    with pytest.raises(SystemExit, match="point 'base128': give SIZE-SEQ-BATCH"):
+        compare.parse_point("base128")
+
+
+def test_one_line_per_point_with_both_figures_and_their_ratios():
+    ours = {"size": "base", "seq_len": 128, "batch_size": 256, "device": "NVIDIA H200",
+            "seq_per_sec": 2000.0, "step_time_median_s": 0.128, "mfu": 0.2,
+            "model_flops_per_seq": 10**11, "mfu_peak_flops": 10**15,
+            "gpu_peak_memory_mib": 9000, "peak_rss_mib": 8000, "remat": "none",
+            "remat_reason": "auto: ...", "dtype_policy": "mixed_bfloat16"}
+    peer = {"seq_per_sec": 2500.0, "step_ms": 102.4, "gpu_peak_memory_mib": 12000,
+            "peak_rss_mib": 3000, "device": "NVIDIA H200"}
+    line = compare.combine("base-128-256", ours, peer, (70.2, 40.7))
+    assert line["ratio"] == 0.8 and line["memory_ratio"] == 0.75  # GPU memory on a GPU
+    assert line["peer"]["mfu"] == 0.25  # 2500 seq/s x our 1e11 FLOPs over the same peak
+    assert line["ours"]["step_ms"] == 128.0 and line["ours"]["remat"] == "none"
+    assert (line["ours"]["wall_s"], line["peer"]["wall_s"]) == (70, 41)
+    del ours["gpu_peak_memory_mib"], peer["gpu_peak_memory_mib"]
+    cpu = compare.combine("base-128-256", ours, peer, (1, 1))
+    assert cpu["ours"]["peak_rss_mib"] == 8000 and cpu["memory_ratio"] == 2.667

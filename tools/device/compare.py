@@ -1,0 +1,160 @@
+"""Our benchmark and the PyTorch peer, back to back at each point: one JSON line per point.
+
+On a lent GPU machine after setup.sh (`source tools/device/env.sh` first), or on a CPU
+(`--device=cpu`, the rehearsal). A point is SIZE-SEQ-BATCH (e.g. base-128-256). At each,
+`tools/benchmark.py` runs, then the peer (`hf_electra_bench.py` beside this file: a copy
+of ../shared/peers/hf_electra_bench.py, which does not travel with the repository) at the
+same size, sequence length and batch, each in its own process under a time cap; then one
+line: both figures, their ratio, each one's MFU (the peer's at our count of model FLOPs
+per sequence and the same peak), each one's peak memory (the GPU allocator's high-water
+mark on a GPU, the process's peak RSS on a CPU) and the device. Lines go to stdout and to
+`--output`; a point that fails or is skipped for time gets a line that says so.
+
+    bash tools/device/setup.sh && source tools/device/env.sh &&   # on the GPU machine
+        python3 tools/device/compare.py --seconds=500 base-128-256 small-128-128 small-128-512
+    python3 tools/device/compare.py --device=cpu --seconds=300 tiny-32-4
+
+The pack's rehearsal on a CPU (tools/device/rehearse.sh) runs it with nothing on the
+path but the pack, the image's packages and the repository.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PEER = os.path.join(HERE, "hf_electra_bench.py")
+MIN_SECONDS = 60  # a point gets at least this, or is skipped
+MAX_SECONDS = 300  # and at most this for each of its two runs
+
+# Timed steps (after warm-up steps) for each run; a GPU gets the H200 runs' bfloat16
+# settings and the H100/H200 datasheet's dense bfloat16 peak (BENCHMARKS.md, "GPU").
+OURS = {"cuda": ["--steps=20", "--steps_per_loop=10", "--warmup_steps=2",
+                 "--matmul_size=8192", "--peak_tflops=989.4",
+                 "--config.train.mixed_precision=bfloat16"],
+        "cpu": ["--steps=3", "--steps_per_loop=1", "--warmup_steps=1",
+                "--matmul_size=256"]}
+# The peer's tiny is not ours (its Small-like 128 wide, generator a quarter): ours runs
+# at its shape there. Small, Base and Large are the paper's in both.
+SAME_SHAPE = {"tiny": ["--config.model.hidden_size=128", "--config.model.num_heads=2",
+                       "--config.model.intermediate_size=512",
+                       "--config.model.embedding_size=128",
+                       "--config.model.generator_hidden_fraction=0.25"]}
+PEER_FLAGS = {"cuda": ["--steps=20", "--warmup_steps=5"],
+              "cpu": ["--steps=3", "--warmup_steps=1", "--nocompile"]}
+
+
+def parse_point(text: str) -> tuple[str, int, int]:
+    try:
+        size, seq, batch = text.split("-")
+        return size, int(seq), int(batch)
+    except ValueError:
+        raise SystemExit(f"point {text!r}: give SIZE-SEQ-BATCH, e.g. base-128-256") from None
+
+
+def run_json(command: list[str], seconds: float, log,
+             env=None) -> tuple[dict | None, float, str]:
+    """(the last JSON line `command` printed or None, wall seconds, why it has none)."""
+    start = time.time()
+    log.write(f"$ {' '.join(command)}\n")
+    log.flush()
+    try:
+        done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=seconds,
+                              check=False, env=env)
+    except subprocess.TimeoutExpired as timeout:
+        output = timeout.stdout or ""
+        log.write(output if isinstance(output, str) else output.decode(errors="replace"))
+        return None, time.time() - start, f"killed after {seconds:.0f} s"
+    log.write(done.stdout)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        tail = " | ".join(done.stdout.strip().splitlines()[-2:])
+        return None, time.time() - start, f"exit {done.returncode}: {tail[-300:]}"
+    return json.loads(lines[-1]), time.time() - start, ""
+
+
+def combine(point: str, ours: dict, peer: dict, walls: tuple[float, float]) -> dict:
+    gpu = ours.get("gpu_peak_memory_mib") is not None
+    memory = "gpu_peak_memory_mib" if gpu else "peak_rss_mib"
+    flops, peak = ours["model_flops_per_seq"], ours["mfu_peak_flops"]
+    return {
+        "point": point, "size": ours["size"], "seq_len": ours["seq_len"],
+        "batch_size": ours["batch_size"], "device": ours.get("device"),
+        "ratio": round(ours["seq_per_sec"] / peer["seq_per_sec"], 3),
+        "memory_ratio": (round(ours[memory] / peer[memory], 3)
+                         if ours.get(memory) and peer.get(memory) else None),
+        "ours": {"seq_per_sec": ours["seq_per_sec"],
+                 "step_ms": round(ours["step_time_median_s"] * 1e3, 1),
+                 "mfu": ours["mfu"], memory: ours.get(memory),
+                 "remat": ours.get("remat"), "remat_reason": ours.get("remat_reason"),
+                 "dtype_policy": ours.get("dtype_policy"), "wall_s": round(walls[0])},
+        "peer": {"seq_per_sec": peer["seq_per_sec"], "step_ms": peer.get("step_ms"),
+                 "mfu": round(peer["seq_per_sec"] * flops / peak, 4),
+                 memory: peer.get(memory), "device": peer.get("device"),
+                 "wall_s": round(walls[1])},
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("points", nargs="+", help="SIZE-SEQ-BATCH, e.g. base-128-256")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--seconds", type=float, default=500, help="for all the points")
+    parser.add_argument("--threads", type=int, default=2, help="the peer's, on a CPU")
+    parser.add_argument("--peer_python", default=sys.executable,
+                        help="the peer's interpreter (PyTorch's; rehearse.sh's differs)")
+    parser.add_argument("--ours_flags", action="append", default=[],
+                        help="more flags of tools/benchmark.py, e.g. --profile")
+    parser.add_argument("--output", default=os.path.join(os.environ.get("OUT", "/tmp"),
+                                                         "compare.jsonl"))
+    parser.add_argument("--log", default=os.path.join(os.environ.get("OUT", "/tmp"),
+                                                      "compare_log.txt"))
+    args = parser.parse_args()
+    points = [(text, *parse_point(text)) for text in args.points]
+    end = time.time() + args.seconds
+    python = sys.executable
+    # The peer sees the image's packages only: TF's pack on the path (PYTHONPATH) holds
+    # other versions of some of them (protobuf, optree).
+    peer_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with open(args.output, "a", encoding="utf-8") as out, \
+            open(args.log, "a", encoding="utf-8") as log:
+        for text, size, seq, batch in points:
+            left = end - time.time()
+            if left < 2 * MIN_SECONDS:
+                result = {"point": text, "skipped": f"{left:.0f} s left"}
+            else:
+                cap = min(MAX_SECONDS, left / 2)
+                ours, ours_wall, ours_error = run_json(
+                    [python, "tools/benchmark.py", f"--config=configs/electra.py:{size}",
+                     f"--seq_len={seq}", f"--batch_size={batch}", *OURS[args.device],
+                     *SAME_SHAPE.get(size, []), *args.ours_flags],
+                    cap, log)
+                peer_flags = PEER_FLAGS[args.device] + (
+                    [f"--threads={args.threads}"] if args.device == "cpu" else [])
+                peer, peer_wall, peer_error = run_json(
+                    [args.peer_python, PEER, f"--device={args.device}", f"--size={size}",
+                     f"--seq_len={seq}", f"--batch_size={batch}", *peer_flags],
+                    min(MAX_SECONDS, max(MIN_SECONDS, end - time.time())), log,
+                    env=peer_env)
+                if ours and peer:
+                    result = combine(text, ours, peer, (ours_wall, peer_wall))
+                else:
+                    result = {"point": text, "ours_error": ours_error or None,
+                              "peer_error": peer_error or None,
+                              "ours_seq_per_sec": ours and ours["seq_per_sec"],
+                              "peer_seq_per_sec": peer and peer["seq_per_sec"]}
+            line = json.dumps(result)
+            print(line, flush=True)
+            out.write(line + "\n")
+            out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
