@@ -33,13 +33,12 @@ import re
 
 import ml_collections
 
-from electra_tf import config_check
 from electra_tf import errors
 from electra_tf import model_config
 from electra_tf.data import pipeline
 from electra_tf.model import objectives
 from electra_tf.training import algorithms
-from electra_tf.training import generator_init
+from electra_tf.training import loop
 
 # A variant's name is its run's directory name.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -208,13 +207,7 @@ def plan(config, vocab, variants: list[Variant], budget: str | None = None,
     for variant in variants:
         run = apply(config, variant)
         try:
-            config_check.check(run)
-            # What the run itself resolves first: the generator's shape from its
-            # generator_init, the generator mode, the temperature schedule.
-            resolved = model_config.resolve(generator_init.configure(run))
-            model_config.objective(resolved)
-            model_config.generator_mode(resolved)
-            model_config.temperature_schedule(resolved)
+            resolved = loop.validate(run)  # what the run itself checks first
             if algorithms.get(resolved).name == "two_stage":
                 raise errors.UserError(
                     "config.train.algorithm='two_stage' is not compared at equal FLOPs "

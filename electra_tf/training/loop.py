@@ -25,6 +25,7 @@ from electra_tf.data import order
 from electra_tf.data import pipeline
 from electra_tf.model import objectives
 from electra_tf.text import tokenizer
+from electra_tf.training import algorithms
 from electra_tf.training import checkpointing
 from electra_tf.training import distribute
 from electra_tf.training import faults
@@ -36,13 +37,27 @@ from electra_tf.training import summaries
 from electra_tf.training import trainer as trainer_lib
 
 
+def validate(config):
+    """The config a pre-training run trains with, or a one-line `UserError` naming the
+    key: every value in its range (`config_check`), the shape resolved and explicit, as
+    config.json keeps it (a generator_init's generator: its own), the objective for its
+    tie and algorithm, the generator mode, the temperature schedule and the algorithm.
+    What needs no device, data or workdir; the loop and `experiments/variants.py` call it
+    before anything runs."""
+    config_check.check(config)
+    resolved = model_config.resolve(generator_init.configure(config))
+    model_config.objective(resolved)
+    model_config.generator_mode(resolved)
+    model_config.temperature_schedule(resolved)
+    algorithms.get(resolved)
+    return resolved
+
+
 def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     """Pre-trains (resuming from `workdir` if it holds a checkpoint); returns the last
     evaluation's metrics (or the last training metrics without eval files)."""
     # ---- runtime
-    config_check.check(config)  # every value in its range before anything is written
-    # The shape explicit, as config.json keeps it (a generator_init's generator: its own).
-    config = model_config.resolve(generator_init.configure(config))
+    config = validate(config)  # before anything is written
     strategy = strategy or distribute.get_strategy(config.runtime)
     chief = distribute.is_chief(strategy)
     distribute.local_batch_size(strategy, config.train.batch_size)  # before any dataset
