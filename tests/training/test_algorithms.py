@@ -10,6 +10,7 @@ from electra_tf import errors
 from electra_tf import model_config
 from electra_tf.training import algorithms
 from electra_tf.training import distribute
+from electra_tf.training import loop
 from electra_tf.training import optimizer as optimizer_lib
 from electra_tf.training import trainer as trainer_lib
 from tests.training import test_trainer
@@ -111,9 +112,10 @@ def test_two_stage_errors_name_the_keys(change, message):
 
 def test_bad_algorithm_or_switch_names_the_key():
     config = two_stage_config()
-    config.train.two_stage_generator_steps = -1
-    with pytest.raises(errors.UserError, match=r"two_stage_generator_steps=-1: give"):
-        algorithms.get(config)
+    config.train.two_stage_generator_steps = -1  # config_check's range, checked first
+    with pytest.raises(errors.UserError, match=r"two_stage_generator_steps=-1: must be a "
+                       r"whole number >= 0 \(0: half of train.steps\)"):
+        loop.validate(config)
     config.train.algorithm = "alternating"
     with pytest.raises(errors.UserError, match=r"config.train.algorithm='alternating': "
                        "choose one of joint, two_stage, adversarial"):

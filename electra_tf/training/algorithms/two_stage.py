@@ -45,12 +45,8 @@ class TwoStage(joint.Joint):
 
     def __init__(self, config):
         super().__init__(config)
+        # A whole number >= 0: config_check's range (loop.validate checks it first).
         steps = config.train.get("two_stage_generator_steps", 0)
-        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
-            raise errors.UserError(
-                f"config.train.two_stage_generator_steps={steps!r}: give the steps the "
-                "generator trains alone before the discriminator (a whole number >= 0; "
-                "0: half of config.train.steps)")
         # Given, it is not bounded by config.train.steps: a shorter run trains the
         # generator only and the same command with more steps continues it across the
         # switch. Not given: each stage trains for half the run, as in the paper.
