@@ -149,3 +149,6 @@ def test_a_reranking_set_of_corrupted_copies_scores_in_pairs(electric, tmp_path)
     _, summary = _scored(helpers.run_tool("score_text.py", f"--workdir={electric['workdir']}",
                                           f"--input={pairs}", "--pairs"))
     assert summary["groups"] == 6 and 0.0 <= summary["first_best"] <= 1.0
+    bad = helpers.run_tool("make_reranking_set.py", f"--input={heldout}",
+                           f"--output={tmp_path / 'bad.txt'}", "--corruptions=shuffle")
+    assert "--corruptions=shuffle: choose from swap, frequent" in helpers.one_line_error(bad)
