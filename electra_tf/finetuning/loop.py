@@ -195,18 +195,24 @@ def _check_config(config, workdir, task: task_lib.Task):
     disagrees with the run's (the data position and the head depend on them)."""
     config_check.check(config)
     task.check_config()
+    _check_resume(config, workdir, ("task", "train.batch_size", "train.seed",
+                                    "data.max_seq_length") + task.resume_keys)
+
+
+def _check_resume(config, workdir, keys, source: str = "") -> None:
+    """A one-line error where the run in `workdir` saved another value of one of `keys`
+    ("section.name" or "name"); `source` says where the new value came from."""
     saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG)
-    if saved is not None:
-        keys = [(None, "task"), ("train", "batch_size"), ("train", "seed"),
-                ("data", "max_seq_length")] + [tuple(k.split(".")) for k in task.resume_keys]
-        for section, name in keys:
-            old = saved.get(name) if section is None else saved.get(section, {}).get(name)
-            new = config[name] if section is None else config[section][name]
-            key = name if section is None else f"{section}.{name}"
-            if old is not None and old != new:
-                raise errors.UserError(f"config.{key}={new} differs from the run in {workdir} "
-                                       f"({old}); resume with the same value or use a new "
-                                       "--workdir")
+    if saved is None:
+        return
+    for key in keys:
+        section, _, name = key.rpartition(".")
+        old = saved.get(section, {}).get(name) if section else saved.get(name)
+        new = config[section][name] if section else config[name]
+        if old is not None and old != new:
+            raise errors.UserError(f"config.{key}={new}{source} differs from the run in "
+                                   f"{workdir} ({old}); resume with the same value or use a "
+                                   "new --workdir")
 
 
 def finetune(config, workdir: str, strategy=None) -> dict:
@@ -235,6 +241,7 @@ def _finetune(config, workdir, strategy, task, chief) -> dict:
         where = (f"config.data.dir={config.data.dir!r}" if config.data.dir else
                  f"config.data.tfds_data_dir={config.data.tfds_data_dir!r}")
         raise type(e)(f"{where}: {e}") from None
+    _check_resume(config, workdir, task.read_keys, " (from the data)")
     train, evals, tests = data.train, data.evals, data.tests
     for name, rows in [("train", train)] + list(evals.items()) + list(tests.items()):
         logging.info("%s %s: %s", task.name, name, rows.summary)

@@ -76,6 +76,8 @@ class Task(abc.ABC):
     schedule: Schedule
     resume_keys: tuple[str, ...] = ()  # "section.key" a resume must keep (besides the
     #                                    loop's task, batch size, seed, max_seq_length)
+    read_keys: tuple[str, ...] = ()    # "section.key" that `read` fills from the data
+    #                                    (tagging's entity types): a resume must read the same
     signatures: tuple[str, ...] = ()   # of its SavedModel, for the export tool's message
 
     def __init__(self, config=None):

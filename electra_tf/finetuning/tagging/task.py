@@ -42,6 +42,7 @@ class TaggingTask(task_lib.Task):
     primary_metric = "f1"
     signatures = ("serving_default", "words")
     resume_keys = ("data.scheme", "data.stride", "model.label_scheme")
+    read_keys = ("model.entity_types",)   # the head's classes, from the training file
 
     def __init__(self, name: str, config=None):
         super().__init__(config)

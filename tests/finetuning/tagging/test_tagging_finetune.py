@@ -250,3 +250,20 @@ def test_tagging_under_mirrored_and_two_workers_gives_the_one_device_results(tmp
             assert b["metrics"]["validation"] == pytest.approx(
                 a["metrics"]["validation"], rel=1e-3, abs=1e-6), (name, a, b)
         assert (tmp_path / name / "predictions.txt").read_text(encoding="utf-8") == predictions
+
+
+def test_a_resume_whose_training_file_has_other_types_is_refused(tmp_path):
+    """The entity types (the head's classes) are read from the data: a resume that reads
+    others is one line, not a checkpoint of another shape."""
+    data = generated.write_set(tmp_path / "data", 10, 5)
+    pretrained = str(tmp_path / "pretrained")
+    helpers.write_pretrained_run(pretrained, SEQ)
+    config = _config("tagging", pretrained, data)
+    saved = config.to_dict()
+    saved["model"]["entity_types"] = "LOC,PER"   # the run's, before ORG was added
+    os.makedirs(tmp_path / "run")
+    with open(tmp_path / "run" / "config.json", "w") as f:
+        json.dump(saved, f)
+    with pytest.raises(errors.UserError, match=r"^config.model.entity_types=LOC,ORG,PER "
+                       r"\(from the data\) differs from the run in .*run \(LOC,PER\); resume"):
+        loop.finetune(config, str(tmp_path / "run"))
