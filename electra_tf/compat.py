@@ -206,7 +206,9 @@ def attention_dropout(attention):
 
 def set_attention_dropout(attention, rate: float) -> None:
     """Sets the dropout rate on a built `MultiHeadAttention`'s attention probabilities
-    (keras-hub's blocks give it theirs: `config.model.attention_dropout` is its own)."""
+    (keras-hub's blocks give it theirs: `config.model.attention_dropout` is its own).
+    Keras' `Dropout` has a seed generator only if made with a rate above 0: a rate above
+    0 here needs one made so."""
     attention._dropout = rate  # pylint: disable=protected-access
     attention._dropout_layer.rate = rate  # pylint: disable=protected-access
 

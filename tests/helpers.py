@@ -173,7 +173,7 @@ def write_pretrained_run(directory, max_seq_length=16, dropout=None, objective=N
     config = electra_configs.get_config("tiny")
     config.data.max_seq_length = max_seq_length
     if dropout is not None:
-        config.model.dropout = dropout
+        config.model.dropout = config.model.attention_dropout = dropout
     if objective is not None:
         config.model.objective = objective
     config = model_config.resolve(config)

@@ -97,6 +97,7 @@ def test_train_benchmark_prints_one_json_line_last_and_profiles(tmp_path):
     assert results["xla_scope"] == "none"
     assert (results["accumulation_steps"], results["remat"]) == (2, "blocks")
     assert results["remat_reason"] == "as configured"  # auto's says what it chose and why
+    assert (results["vocab_size"], results["vocab_size_padded"]) == (30522, 30592)
     assert results["num_predictions"] == 4  # int(0.155 * 32)
     assert results["seq_per_sec"] > 0 and 0 < results["mfu"]
     assert results["model_flops_per_seq"] > 0 and results["peak_rss_mib"] > 0

@@ -112,6 +112,7 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
     the sample corpus (default SAMPLE_VOCAB_SIZE)."""
     memory = host.MemoryStages()
     from electra_tf import model_config  # pylint: disable=g-import-not-at-top
+    from electra_tf.model import heads  # pylint: disable=g-import-not-at-top
     from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
     from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
     from electra_tf.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
@@ -226,6 +227,8 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
         "shape": shape.to_dict(), "objective": objective,
         "steps": steps, "warmup_steps": warmup, "steps_per_loop": per_loop,
         "num_predictions": num_predictions, "vocab_size": vocab_size,
+        # The MLM heads multiply by the table padded to this (model/heads.py).
+        "vocab_size_padded": heads.padded_vocabulary(vocab_size),
         "data": "+".join("synthetic" if name == "synthetic" else f"real:{data_dir}"
                          for name in datasets),
         "jit_compile": bool(config.train.jit_compile),

@@ -182,8 +182,11 @@ class Encoder(keras.layers.Layer):
         # One attribute per block, not a list: tf.train.Checkpoint does not see into the
         # lists Keras 3 tracks, and a list's blocks would be missing from checkpoints.
         for i in range(num_layers):
+            # Made at the larger rate (Keras' Dropout has seeds only if made above 0);
+            # `build` sets each dropout's own.
             setattr(self, f"transformer_layer_{i}", keras_hub.layers.TransformerEncoder(
-                intermediate_dim=intermediate_size, num_heads=num_heads, dropout=dropout,
+                intermediate_dim=intermediate_size, num_heads=num_heads,
+                dropout=max(dropout, self.attention_dropout),
                 activation="gelu",  # Keras' gelu is the exact (erf) one, as the original
                 layer_norm_epsilon=layer_norm_epsilon, kernel_initializer=initializer(),
                 dtype=self.dtype_policy, name=f"transformer_layer_{i}"))
@@ -201,8 +204,9 @@ class Encoder(keras.layers.Layer):
             self.projection.build(ids_shape + (self.embeddings.embedding_size,))
         for block in self.blocks:
             block.build(ids_shape + (self.hidden_size,))
-            compat.set_attention_dropout(compat.encoder_block_parts(block).attention,
-                                         self.attention_dropout)
+            parts = compat.encoder_block_parts(block)
+            parts.attention_dropout.rate = parts.output_dropout.rate = self.dropout
+            compat.set_attention_dropout(parts.attention, self.attention_dropout)
             dropout_lib.use_hash_dropout(block)  # Philox masks: ~15% of a CPU step
             remat.prepare(block)  # recomputes selectively under remat=selective
         self.built = True

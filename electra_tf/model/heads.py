@@ -19,9 +19,30 @@ from electra_tf import compat
 from electra_tf.model import encoder
 
 
+# The projection onto the vocabulary multiplies by a table padded with zero rows to a
+# multiple of this: matrix units (tensor cores, TPUs' MXUs) and their libraries' kernels
+# run whole tiles, and 30,522 tokens is none (the H200 profile's three slow float32
+# GEMMs, BENCHMARKS.md "GPU").
+VOCABULARY_MULTIPLE = 128
+
+
+def padded_vocabulary(vocabulary_size: int) -> int:
+    """`vocabulary_size` rounded up to a multiple of `VOCABULARY_MULTIPLE`.
+
+    >>> padded_vocabulary(30522)
+    30592
+    """
+    return -(-vocabulary_size // VOCABULARY_MULTIPLE) * VOCABULARY_MULTIPLE
+
+
 class MaskedLMHead(keras_hub.layers.MaskedLMHead):
     """keras-hub's `MaskedLMHead` (exactly the original's `get_masked_lm_output`), whose
-    output bias also works under a mixed precision policy.
+    output bias also works under a mixed precision policy, and whose matmul runs on the
+    vocabulary padded to `padded_vocabulary` (zero rows appended to the table in the
+    step, not to the variables: checkpoints, exports and conversions keep the real
+    vocabulary). The padded columns of the logits are sliced off before the bias: the
+    logits, and so the losses, samples, metrics and gradients, are the real
+    vocabulary's, and no padded id can be sampled.
 
     keras-hub adds its float32 bias to float16/bfloat16
     outputs (its layer does not autocast), which TF refuses: the `AddV2` of a half and
@@ -41,9 +62,13 @@ class MaskedLMHead(keras_hub.layers.MaskedLMHead):
             # bfloat16 policy (a float32 GEMM onto the vocabulary:
             # tests/training/test_bfloat16.py).
             table = keras.ops.cast(self.token_embedding.embeddings, x.dtype)  # [V, E]
-            outputs = keras.ops.matmul(x, keras.ops.transpose(table))
+            kernel = keras.ops.transpose(table)                              # [E, V]
         else:
-            outputs = keras.ops.matmul(x, keras.ops.cast(parts.kernel, x.dtype))
+            kernel = keras.ops.cast(parts.kernel, x.dtype)                   # [E, V]
+        vocabulary = kernel.shape[-1]
+        kernel = keras.ops.pad(kernel, [[0, 0], [0, padded_vocabulary(vocabulary)
+                                                 - vocabulary]])          # [E, V']
+        outputs = keras.ops.matmul(x, kernel)[..., :vocabulary]           # [B, P, V]
         outputs = keras.ops.cast(outputs, "float32") + keras.ops.cast(parts.bias, "float32")
         return outputs if self.activation is None else self.activation(outputs)
 

@@ -111,6 +111,23 @@ def test_zero_attention_dropout_is_keras_attention_without_dropout(keras_core):
     _assert_keras_step(encoder, inputs, keras_core)
 
 
+def test_attention_dropout_alone():
+    """No other dropout, the attention's on: it draws masks (unseeded here: from the
+    layer's seed generator, which Keras makes only for a rate above 0)."""
+    keras.utils.set_random_seed(0)
+    embeddings = encoder_lib.Embeddings(vocabulary_size=30, embedding_size=16, dropout=0.0)
+    encoder = encoder_lib.Encoder(embeddings, hidden_size=16, num_layers=1, num_heads=2,
+                                  intermediate_size=24, dropout=0.0, attention_dropout=0.5)
+    _, inputs = _encoder()
+    encoder.build({k: v.shape for k, v in inputs.items()})
+    parts = compat.encoder_block_parts(encoder.blocks[0])
+    assert parts.attention_dropout.rate == parts.output_dropout.rate == 0.0
+    assert compat.attention_dropout(parts.attention).rate == 0.5
+    first, second = (encoder(inputs, training=True) for _ in range(2))
+    assert np.abs(first - second).max() > 1e-3  # two draws
+    np.testing.assert_array_equal(encoder(inputs), encoder(inputs))  # none in inference
+
+
 def test_checkpoints_restore_whatever_the_attention_dropout(tmp_path):
     """The rate adds no variable: a checkpoint of an encoder of one rate (or of one
     made before the field existed: the same variables) restores into another."""

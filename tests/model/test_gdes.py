@@ -21,7 +21,7 @@ from tests.model import test_objectives
 def gdes_model():
     config = electra_configs.get_config("tiny")
     config.model.tie = "gdes"
-    config.model.dropout = 0.0
+    config.model.dropout = config.model.attention_dropout = 0.0
     model = model_config.pretrainer(model_config.resolve(config), test_objectives.V)
     return config, model.build_for(test_objectives.S, test_objectives.P)
 
