@@ -156,6 +156,8 @@ def _lines(path: str):
     except UnicodeDecodeError as e:
         line = raw[:e.start].count(b"\n") + 1
         raise TaggingDataError(f"{path}:{line}: invalid UTF-8 at byte {e.start}") from None
+    if text.startswith("\ufeff"):  # a byte order mark (Windows editors), not a character
+        text = text[1:]
     return text.split("\n")
 
 

@@ -121,6 +121,16 @@ def test_unreadable_files_are_one_line(tmp_path):
         conll.read(str(bad), "bio")
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path):
+    """Editors on Windows save UTF-8 with a BOM: it must not hide -DOCSTART- (a spurious
+    sentence) or stick to the first word."""
+    for head, first in (("-DOCSTART- -X- -X- O\n\n", 3), ("", 1)):
+        bom = tmp_path / "bom.txt"
+        bom.write_bytes(("\ufeff" + head + "EU NNP B-NP B-ORG\nx NN O O\n\n").encode())
+        read = conll.read(str(bom), "iob2")
+        assert read.words == [["EU", "x"]] and read.lines == [first]
+
+
 def test_predictions_file_is_conllevals_input():
     text = conll.write([["EU", "rejects"], ["Paris"]], [["B-ORG", "O"], ["B-LOC"]],
                        [["B-ORG", "O"], ["O"]])
