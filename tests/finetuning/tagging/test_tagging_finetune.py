@@ -71,9 +71,11 @@ def test_read_takes_the_types_from_the_training_file_and_labels_first_pieces(tmp
     # Every word labelled once, in the model's scheme (BIOES), at its first piece.
     assert columns["label_mask"].sum() == sum(len(w) for w in sentences.words)
     labelled = [task.labels[i] for i in columns["labels"][columns["label_mask"] == 1]]
-    assert sorted(labelled) == sorted(
-        t for tags in sentences.tags
-        for t in conll.tags(conll.spans(tags), len(tags), "bioes"))
+    # Windows follow the sentences, and their labelled positions the words: in order.
+    assert labelled == [t for tags in sentences.tags
+                        for t in conll.tags(conll.spans(tags), len(tags), "bioes")]
+    first_pieces = [vocab.tokens[i] for i in columns["input_ids"][columns["label_mask"] == 1]]
+    assert first_pieces[:3] == [w.lower() for w in sentences.words[0][:3]]
     # A dev type the training file never had: one line naming file:line.
     dev = open(os.path.join(data, "eng.testa"), encoding="utf-8").read()
     open(os.path.join(data, "eng.testa"), "w", encoding="utf-8").write(
