@@ -108,10 +108,19 @@ def test_accumulation_ends_where_the_whole_batch_step_ends(plain):
 def test_the_whole_step_under_xla_computes_the_same_step(plain):
     """The optimizer and metrics inside XLA too (as on TPUs and one GPU): the same
     updates, and the same sampling noise (integer draws, which TF's kernels and XLA
-    agree on)."""
-    run = _train(xla_scope="whole_step")
+    agree on). On one device the loop is inside XLA as well (a `while` in the compiled
+    program, `steps_per_loop` steps a launch): 3 steps at 2 a loop, a program of 2 and
+    one of 1 (its second batch zeros that no step reads), end where the plain steps,
+    run one by one, end."""
+    run = _train(xla_scope="whole_step", steps_per_loop=2)
     assert run[0].xla_scope == "whole_step"
     _assert_same(run, plain)
+    (traced,) = run[0].train_loop._list_all_concrete_functions()  # pylint: disable=protected-access
+    graph = traced.graph.as_graph_def()
+    compiled = [f for f in graph.library.function if f.attr["_XlaMustCompile"].b]
+    assert compiled and any(node.op in ("While", "StatelessWhile")
+                            for f in compiled for node in f.node_def), (
+        [f.signature.name for f in graph.library.function])
 
 
 def _optimized_hlo(trainer, stage="optimized_hlo"):
