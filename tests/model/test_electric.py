@@ -45,6 +45,29 @@ def test_the_towers_never_read_the_token_they_predict(model):
         assert np.abs(after[:, neighbour] - before[:, neighbour]).max() > 1e-4
 
 
+def test_no_candidate_reads_its_own_token_at_any_position(model):
+    """Every real token but the last of each row ([SEP]: its right neighbour is padding
+    or wraps around), two segments and padding in the batch, in training too (dropout on
+    and seeded): q at t never moves when token t changes."""
+    b = test_objectives.batch()
+    b["segment_ids"][0, 4:] = 1
+    seed = tf.constant([3, 4], tf.int64)
+
+    def cloze(batch):
+        with dropout.seeded(seed):
+            return model.generator({"token_ids": batch["input_ids"],
+                                    "segment_ids": batch["segment_ids"],
+                                    "padding_mask": batch["input_mask"]},
+                                   training=True).numpy()
+    before = cloze(b)
+    for row in range(2):
+        for t in range(1, int(b["input_mask"][row].sum()) - 1):
+            changed = dict(b, input_ids=b["input_ids"].copy())
+            changed["input_ids"][row, t] = (changed["input_ids"][row, t] + 7) % (V - 5) + 5
+            np.testing.assert_array_equal(cloze(changed)[row, t], before[row, t],
+                                          err_msg=f"row {row}, position {t}")
+
+
 def test_every_sampled_position_is_noise_even_where_the_sample_is_the_original(model):
     b = test_objectives.batch()
     favourite = 9
@@ -101,6 +124,19 @@ def test_the_cloze_loss_counts_the_real_tokens_but_cls_and_each_sep():
          "segment_ids": np.array([[0, 0, 0, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0]])}
     np.testing.assert_array_equal(base.candidates(b).numpy(),
                                   [[0, 1, 0, 1, 1, 0, 0, 0], [0, 1, 1, 1, 1, 1, 1, 0]])
+
+
+def test_the_towers_take_the_configs_attention_dropout():
+    """Both towers' attention probabilities are dropped at config.model.attention_dropout,
+    as ELECTRA's generator's (not at config.model.dropout)."""
+    model = test_objectives.pretrainer.ElectraPretrainer(
+        V, test_objectives.SHAPE, objective="electric", dropout=0.1,
+        attention_dropout=0.0).build_for(S, P)
+    for tower in (model.generator.ltr, model.generator.rtl):
+        assert tower.attention_dropout == 0.0
+        for block in tower.blocks:
+            parts = compat.encoder_block_parts(block)
+            assert parts.attention.dropout == 0.0 and parts.output_dropout.rate == 0.1
 
 
 def test_tie_all_and_other_algorithms_are_refused_in_one_line():

@@ -185,8 +185,9 @@ class Electric(electra.Electra):
         def tower(direction):
             return CausalEncoder(embeddings, size.hidden_size, size.num_layers,
                                  size.num_heads, size.intermediate_size, direction=direction,
-                                 dropout=model.dropout, dtype=model.dtype_policy,
-                                 name=f"generator_{direction}")
+                                 dropout=model.dropout,
+                                 attention_dropout=model.attention_dropout,
+                                 dtype=model.dtype_policy, name=f"generator_{direction}")
         return TwoTowerCloze(tower("ltr"), tower("rtl"), dtype=model.dtype_policy,
                              name="generator")
 
