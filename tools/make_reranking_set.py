@@ -5,7 +5,8 @@ the re-ranking accuracy; chance 0.5).
   python tools/make_reranking_set.py --input=heldout.txt --output=pairs.txt \
       [--corruptions=swap,frequent] [--num_sentences=1000] [--frequent=100] [--seed=0]
 
---input holds one sentence a line (blank lines skipped); words are split on whitespace.
+--input holds one sentence a line (blank lines, and lines that are not UTF-8, skipped; a
+.gz file is read decompressed); words are split on whitespace.
 Corruptions, one pair per sentence and corruption:
   swap      two words at different places, of different spelling, exchanged
   frequent  one word replaced by another of the input's --frequent most common words
@@ -22,8 +23,10 @@ import random
 
 import tensorflow as tf
 from absl import flags
+from absl import logging
 
 from electra_tf import errors
+from electra_tf.text import corpus
 
 CORRUPTIONS = ("swap", "frequent")
 
@@ -93,8 +96,13 @@ def main(argv):
                                f"{', '.join(CORRUPTIONS)}")
     if not tf.io.gfile.exists(_INPUT.value):
         raise errors.UserError(f"--input={_INPUT.value}: not found")
-    with tf.io.gfile.GFile(_INPUT.value, "r") as f:
-        sentences = [line.strip() for line in f.read().splitlines() if line.strip()]
+    # The corpus reader's lines: split at "\n" alone, a line that is not UTF-8 skipped
+    # (counted), an unreadable file a one-line error.
+    stats = corpus.CorpusStats()
+    sentences = [line for line in corpus.read_lines([_INPUT.value], stats) if line]
+    if stats.invalid_utf8_lines:
+        logging.warning("%s: %d line(s) not UTF-8 left out (the first: %s)", _INPUT.value,
+                        stats.invalid_utf8_lines, stats.first_invalid_utf8)
     made = pairs(sentences, _CORRUPTIONS.value, _NUM_SENTENCES.value, _MIN_WORDS.value,
                  _FREQUENT.value, _SEED.value)
     if not made:

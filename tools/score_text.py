@@ -54,13 +54,32 @@ _LOWER_CASE = flags.DEFINE_boolean(
     "training data's manifest says, else true).")
 
 
+def read_lines(path: str) -> list[str]:
+    """The lines of the UTF-8 text file `path` (split at "\n" alone: str.splitlines would
+    also split a text at \u2028, \x0c and the like); a one-line `UserError` for a
+    folder, a file it cannot read, or bytes that are not UTF-8."""
+    if not tf.io.gfile.exists(path):
+        raise errors.UserError(f"--input={path}: not found")
+    if tf.io.gfile.isdir(path):
+        raise errors.UserError(f"--input={path}: a folder; give a text file")
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            data = f.read()
+    except (tf.errors.OpError, OSError) as e:
+        reason = getattr(e, "message", None) or str(e)
+        raise errors.UserError(f"--input={path}: cannot read it ({reason})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise errors.UserError(f"{path}:{line}: not UTF-8 (byte {e.start})") from None
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
 def read_groups(path: str, pairs: bool) -> list[list[str]]:
     """The texts of `path`: one group per line, or with `pairs` the blank-line-separated
     groups (each of two or more); a one-line `UserError` naming the line otherwise."""
-    if not tf.io.gfile.exists(path):
-        raise errors.UserError(f"--input={path}: not found")
-    with tf.io.gfile.GFile(path, "r") as f:
-        lines = f.read().splitlines()
+    lines = read_lines(path)
     groups, current, start = [], [], 1
     for number, line in enumerate(lines + [""], start=1):
         if line.strip() and not pairs:

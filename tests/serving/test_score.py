@@ -152,3 +152,46 @@ def test_a_reranking_set_of_corrupted_copies_scores_in_pairs(electric, tmp_path)
     bad = helpers.run_tool("make_reranking_set.py", f"--input={heldout}",
                            f"--output={tmp_path / 'bad.txt'}", "--corruptions=shuffle")
     assert "--corruptions=shuffle: choose from swap, frequent" in helpers.one_line_error(bad)
+
+
+def test_score_text_refuses_unreadable_input_in_one_line(tmp_path):
+    """Bytes that are not UTF-8 (named by line) and a folder: one line, exit 2, before the
+    run is read."""
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes(b"a cat\ncaf\xe9 au lait\n")
+    line = helpers.one_line_error(helpers.run_tool(
+        "score_text.py", f"--workdir={tmp_path / 'no_run'}", f"--input={bad}"))
+    assert f"{bad}:2: not UTF-8 (byte 9)" in line
+    line = helpers.one_line_error(helpers.run_tool(
+        "score_text.py", f"--workdir={tmp_path / 'no_run'}", f"--input={tmp_path}"))
+    assert f"--input={tmp_path}: a folder" in line
+
+
+def test_score_text_splits_its_input_at_newlines_alone(electric, tmp_path):
+    """A hypothesis holding \\u2028 or \\x0c (str.splitlines' other breaks) stays one text,
+    and a CRLF file reads as an LF one."""
+    path = tmp_path / "nbest.txt"
+    path.write_bytes("a big\u2028red tree\r\na big\x0ctree\r\n".encode("utf-8"))
+    result = helpers.run_tool("score_text.py", f"--workdir={electric['workdir']}",
+                              f"--input={path}", "--pairs")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.rstrip("\n").split("\n")  # not splitlines: the texts hold breaks
+    assert json.loads(lines[-1])["texts"] == 2 and json.loads(lines[-1])["groups"] == 1
+    assert sorted(line.split("\t", 1)[1] for line in lines[:-1]) == [
+        "a big\x0ctree", "a big\u2028red tree"]
+
+
+def test_make_reranking_set_leaves_out_lines_that_are_not_utf8(tmp_path):
+    heldout = tmp_path / "heldout.txt"
+    heldout.write_bytes(b"the cat sat on the mat\ncaf\xe9 is a nice word here\n"
+                        b"the dog ran under a log\n")
+    pairs = tmp_path / "pairs.txt"
+    made = helpers.run_tool("make_reranking_set.py", f"--input={heldout}",
+                            f"--output={pairs}", "--corruptions=swap", "--frequent=5")
+    assert made.returncode == 0, made.stderr[-3000:]
+    originals = [g.splitlines()[0] for g in pairs.read_text().strip().split("\n\n")]
+    assert originals == ["the cat sat on the mat", "the dog ran under a log"]
+    assert "1 line(s) not UTF-8 left out" in made.stderr
+    line = helpers.one_line_error(helpers.run_tool(
+        "make_reranking_set.py", f"--input={tmp_path}", f"--output={tmp_path / 'x.txt'}"))
+    assert str(tmp_path) in line
