@@ -22,6 +22,7 @@ def test_fine_tuning_starts_from_the_electric_discriminator(electric):
     pretrained, model = electric
     _, loaded, _, _ = loop.load_pretrained(pretrained)
     assert loaded.objective.name == "electric"
+    assert len(loaded.discriminator.weights) == len(model.discriminator.weights) > 0
     for want, got in zip(model.discriminator.weights, loaded.discriminator.weights):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
 

@@ -107,6 +107,30 @@ def test_discriminator_logits_are_energy_plus_log_q_plus_prior_odds(model):
                                energies + log_q + math.log(0.15 / 0.85), rtol=1e-5, atol=1e-5)
 
 
+def test_the_losses_count_real_tokens_and_never_padding(model):
+    """cloze: Σ over the candidates of −log q(original) / the real tokens; rtd: the sigmoid
+    cross-entropy of the whole logit against noise labels, mean over the real tokens;
+    total: cloze + disc_weight · rtd. Logits at padding change nothing."""
+    b = test_objectives.batch()
+    outputs = model(b, uniform=_uniform(), training=False)
+    mask = b["input_mask"].astype("float64")
+    log_q = tf.nn.log_softmax(outputs["cloze_logits"]).numpy().astype("float64")
+    original = np.take_along_axis(log_q, b["input_ids"][..., None], -1)[..., 0]
+    cloze = -(original * base.candidates(b).numpy()).sum() / mask.sum()
+    logits = outputs["disc_logits"].numpy().astype("float64")
+    labels = outputs["is_replaced"].numpy()
+    rtd = ((np.logaddexp(0, logits) - labels * logits) * mask).sum() / mask.sum()
+    total, values = model.objective.loss(outputs, b)
+    assert float(values["cloze_loss"]) == pytest.approx(cloze, rel=1e-5)
+    assert float(values["rtd_loss"]) == pytest.approx(rtd, rel=1e-5)
+    assert float(total) == pytest.approx(cloze + 50.0 * rtd, rel=1e-5)
+    padded = dict(outputs, disc_logits=tf.where(b["input_mask"] > 0, outputs["disc_logits"],
+                                                1e3),
+                  cloze_logits=tf.where(b["input_mask"][..., None] > 0,
+                                        outputs["cloze_logits"], -1e3))
+    assert float(model.objective.loss(padded, b)[0]) == pytest.approx(float(total), rel=1e-6)
+
+
 def test_the_discriminator_loss_never_trains_the_towers(model):
     b = test_objectives.batch()
     towers = [v for tower in (model.generator.ltr, model.generator.rtl)
