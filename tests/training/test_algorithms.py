@@ -84,6 +84,24 @@ def test_two_stage_runs_stage_2s_generator_without_dropout():
         assert (not np.allclose(logits(1), logits(2))) == dropout, step
 
 
+@pytest.mark.parametrize("algorithm", ["joint", "two_stage", "adversarial"])
+def test_validating_an_algorithm_creates_no_variable(algorithm):
+    """loop.validate builds the algorithm before the loop makes its strategy, and
+    MultiWorkerMirroredStrategy must be made before TensorFlow's context starts ("Collective
+    ops must be configured at program startup"): no variable until `build`, which the
+    Trainer calls in the strategy's scope."""
+    config = two_stage_config()
+    config.train.algorithm = algorithm
+    created = []
+
+    def recording(next_creator, **kwargs):
+        created.append(kwargs.get("name"))
+        return next_creator(**kwargs)
+    with tf.variable_creator_scope(recording):
+        loop.validate(config)
+    assert not created, created
+
+
 def test_two_stage_switch_step_in_the_checkpoint_is_checked():
     two_stage = algorithms.get(two_stage_config())
     two_stage.check_restored("run")

@@ -77,9 +77,18 @@ class TwoStage(joint.Joint):
                 + f"; e.g. set {hint}")
         self.switch = steps
         self.total_steps = config.train.steps
-        # In the checkpoint: a resume with another switch step is refused at restore.
-        self.switch_step = tf.Variable(steps, dtype=tf.int64, trainable=False,
-                                       name="switch_step")
+        self._switch_step = None  # `switch_step`: made by `build`
+
+    @property
+    def switch_step(self) -> tf.Variable:
+        """The switch step, in the checkpoint: a resume with another is refused at
+        restore. Made on first use (`build`, in the strategy's scope), not by the
+        constructor: `loop.validate` constructs the algorithm before the loop makes its
+        strategy, and MultiWorkerMirroredStrategy cannot start once a variable has."""
+        if self._switch_step is None:
+            self._switch_step = tf.Variable(self.switch, dtype=tf.int64, trainable=False,
+                                            name="switch_step")
+        return self._switch_step
 
     def stage(self, step):
         return "generator" if step < self.switch else "discriminator"
@@ -121,6 +130,7 @@ class TwoStage(joint.Joint):
                      max(self.total_steps - step, 1))
 
     def build(self, train_config, model, dtype_policy):
+        _ = self.switch_step  # made here, in the strategy's scope (as the run's step is)
         # Stage 2 starts a fresh optimisation of the discriminator: with the run's
         # optimizer its moments would be zero while Adam's bias correction counted from
         # step N (first updates ~3x the usual size), at the decayed learning rate.
