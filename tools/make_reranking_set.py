@@ -57,11 +57,15 @@ def swap(words: list[str], rng: random.Random) -> list[str] | None:
 
 
 def replace_frequent(words: list[str], frequent: list[str],
-                     rng: random.Random) -> list[str]:
-    """`words` with one word replaced by a frequent word of another spelling."""
+                     rng: random.Random) -> list[str] | None:
+    """`words` with one word replaced by a frequent word of another spelling, or None if
+    no frequent word is spelled otherwise."""
     i = rng.randrange(len(words))
+    others = [w for w in frequent if w != words[i]]
+    if not others:
+        return None
     out = list(words)
-    out[i] = rng.choice([w for w in frequent if w != words[i]])
+    out[i] = rng.choice(others)
     return out
 
 
@@ -107,7 +111,7 @@ def main(argv):
                  _FREQUENT.value, _SEED.value)
     if not made:
         raise errors.UserError(f"--input={_INPUT.value}: no sentence of {_MIN_WORDS.value} "
-                               "words or more to corrupt")
+                               "words or more that the corruptions change")
     text = "\n".join(f"{original}\n{corrupted}\n" for original, corrupted in made)
     with tf.io.gfile.GFile(_OUTPUT.value, "w") as f:
         f.write(text)

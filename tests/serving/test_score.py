@@ -195,3 +195,12 @@ def test_make_reranking_set_leaves_out_lines_that_are_not_utf8(tmp_path):
     line = helpers.one_line_error(helpers.run_tool(
         "make_reranking_set.py", f"--input={tmp_path}", f"--output={tmp_path / 'x.txt'}"))
     assert str(tmp_path) in line
+
+
+def test_make_reranking_set_of_one_repeated_word_is_a_one_line_error(tmp_path):
+    """Nothing to swap and no other frequent word: no pair, said in one line."""
+    heldout = tmp_path / "heldout.txt"
+    heldout.write_text("la la la la\n")
+    line = helpers.one_line_error(helpers.run_tool(
+        "make_reranking_set.py", f"--input={heldout}", f"--output={tmp_path / 'p.txt'}"))
+    assert "no sentence of 4 words or more that the corruptions change" in line
