@@ -136,3 +136,40 @@ def _outputs_and_batch():
     batch, outputs, _ = make_step()
     outputs = dict(outputs, mlm_logits=tf.one_hot(outputs["mlm_predictions"], 10) * 3.0)
     return outputs, batch
+
+
+_TWO_REPLICAS = r"""
+import types
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from electra_tf.training import metrics
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    m = metrics.PretrainingMetrics(algorithm=types.SimpleNamespace(
+        metric_names=(), metric_inputs=lambda batch, values: {}))
+
+@tf.function
+def step(share):
+    def replica_fn():  # replica r's share of the step's loss: (r + 1) * share
+        r = tf.distribute.get_replica_context().replica_id_in_sync_group
+        m.update_loss(share * tf.cast(r + 1, tf.float32))
+    strategy.run(replica_fn)
+
+for share in (1.0, 3.0):  # step losses 3 and 9
+    step(tf.constant(share))
+print("LOSS", float(m._means["loss"].result()))
+"""
+
+
+def test_the_loss_over_two_replicas_is_the_mean_of_the_steps_losses():
+    """Each replica adds its share of the step's loss: the shares sum to the step's loss
+    (not their mean), and each step counts once, however many replicas."""
+    import subprocess  # pylint: disable=g-import-not-at-top
+    import sys  # pylint: disable=g-import-not-at-top
+    from tests import helpers  # pylint: disable=g-import-not-at-top
+    result = subprocess.run([sys.executable, "-c", _TWO_REPLICAS], cwd=helpers.ROOT,
+                            capture_output=True, text=True, timeout=300,
+                            env=helpers.child_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "LOSS 6.0" in result.stdout, result.stdout  # (3 + 9) / 2
