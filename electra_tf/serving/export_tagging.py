@@ -87,6 +87,8 @@ def chunks(prefix, kind, first_word, last_word) -> dict:
 def write_tags(spans: dict, kind, type_names, scheme: str):
     """Per-word tag strings [ΣW] writing `chunks`' spans in `scheme` (as
     `finetuning.tagging.conll.tags`)."""
+    if scheme not in ("iob1", "iob2", "bioes"):  # "auto" is resolved when the data is read
+        raise ValueError(f"scheme={scheme!r}: not one of iob1, iob2, bioes")
     starts, ends = spans["starts"], spans["ends"]
     if scheme == "bioes":
         prefix = tf.where(starts & ends, "S", tf.where(starts, "B", tf.where(ends, "E", "I")))

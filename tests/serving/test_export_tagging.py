@@ -18,7 +18,7 @@ from tests import helpers
 SEQ, STRIDE = 12, 4
 TEXTS = ["the big cat sat on the mat , then the dog ran under a tree . " * 3,  # windows
          "", "Théâtre : 北京 the big mat . Москва and العربية , the happy dog .",
-         "  red\tcats   ran\n", "it"]
+         "  red\tcats   ran\n", "it", "北京\u3000市 ,\u00a0Zürich  Straße . 東京タワー"]
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +27,7 @@ def setup(tmp_path_factory):
     config = finetune_configs.get_config("tagging")
     config.data.max_seq_length, config.data.stride = SEQ, STRIDE
     config.model.entity_types = "LOC,ORG,PER"
+    config.data.scheme = "iob2"   # as `TaggingTask.read` sets "auto" from the files
     task = tasks.get("tagging", config)
     keras.utils.set_random_seed(0)  # the same weights, hence the same tags, every run
     embeddings = encoder.Embeddings(vocabulary_size=vocab.size, embedding_size=16)
@@ -49,6 +50,22 @@ def test_text_gives_entities_whose_spans_are_the_inputs_characters(setup):
     served = tf.saved_model.load(output).signatures["serving_default"](
         text=tf.constant(TEXTS))
     words, tags = _text(served["words"].numpy()), _text(served["tags"].numpy())
+    # Every word's [start, end) in characters, by the graph's own functions: each is the
+    # input's substring (whatever the head emits), and an entity runs from its first
+    # word's start to its last word's end.
+    tagging = export_tagging.Tagging(model, vocab, SEQ, True, STRIDE, task.labels, "iob2")
+    text_tensor = tf.constant(TEXTS)
+    split, byte_start, byte_end = export_tagging.split_words(
+        tagging.windows.tokenizer, tagging.is_continuation, text_tensor)
+    sentence = split.value_rowids()
+    char_start, char_end = (export_tagging._to_chars(text_tensor, sentence, b).numpy()  # pylint: disable=protected-access
+                            for b in (byte_start, byte_end))
+    first_word = np.cumsum([0] + [len(r) for r in _text(split.to_list())])
+    for i, text in enumerate(TEXTS):
+        row_words = [w for w in words[i] if w]
+        at = range(first_word[i], first_word[i + 1])
+        assert [text[char_start[j]:char_end[j]] for j in at] == row_words, text
+    assert first_word[-1] > 40
     total = 0
     for i, text in enumerate(TEXTS):
         row_words = [w for w in words[i] if w]
@@ -63,6 +80,8 @@ def test_text_gives_entities_whose_spans_are_the_inputs_characters(setup):
             start, end = int(served["entity_start"][i, e]), int(served["entity_end"][i, e])
             entity = served["entity_text"][i, e].numpy().decode("utf-8")
             assert text[start:end] == entity and entity.strip() == entity and entity
+            assert (start, end) == (char_start[first_word[i] + spans[e].start],
+                                    char_end[first_word[i] + spans[e].end - 1])
             assert served["entity_type"][i, e].numpy().decode() == spans[e].type
             assert 0 < served["entity_score"][i, e] <= 1
             # The entity's text runs from its first word to its last.

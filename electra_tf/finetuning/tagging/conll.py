@@ -1,7 +1,7 @@
 """CoNLL-format tagged sentences, and the tag schemes: IOB1, IOB2 (BIO) and BIOES.
 
-A file holds one word per line with its columns ("EU NNP B-NP B-ORG"), the tag in the
-last column, a blank line between sentences; `-DOCSTART-` lines are skipped. UTF-8, plain
+A file holds one word per line with its columns ("EU NNP B-NP B-ORG"; separated by
+ASCII spaces or tabs, as conlleval separates them), the tag in the last column, a blank line between sentences; `-DOCSTART-` lines are skipped. UTF-8, plain
 or gzipped (`.gz`). Every tag is `O` or PREFIX-TYPE, PREFIX one of the scheme's (B, I;
 BIOES adds E, S).
 
@@ -27,6 +27,7 @@ import dataclasses
 import gzip
 import io
 import os
+import re
 
 import tensorflow as tf
 
@@ -83,6 +84,8 @@ def spans(tag_list) -> list[Span]:
 
 def tags(span_list, length: int, scheme: str) -> list[str]:
     """`length` tags writing `span_list` (non-overlapping) in `scheme`."""
+    if scheme not in SCHEMES:  # "auto" is resolved from the training file first
+        raise ValueError(f"scheme={scheme!r}: not one of {', '.join(SCHEMES)}")
     out = ["O"] * length
     previous_end, previous_type = -1, None
     for span in sorted(span_list, key=lambda s: s.start):
@@ -103,6 +106,23 @@ def first_invalid(tag_list, scheme: str) -> int | None:
     """The first word whose tag is not `scheme`'s writing of the sentence's spans, or None."""
     written = tags(spans(tag_list), len(tag_list), scheme)
     return next((i for i, (a, b) in enumerate(zip(tag_list, written)) if a != b), None)
+
+
+def detect_scheme(tag_lists) -> str:
+    """The scheme a file's tags are written in: "bioes" where an E- or S- tag occurs;
+    else "iob1" where an I-X begins a chunk (at a sentence's start, after O, after another
+    type); else "iob2"."""
+    begins_with_i = False
+    for tag_list in tag_lists:
+        prev_prefix, prev_kind = "O", ""
+        for tag in tag_list:
+            prefix, kind = split_tag(tag)
+            if prefix in ("E", "S"):
+                return "bioes"
+            if prefix == "I" and (prev_prefix == "O" or prev_kind != kind):
+                begins_with_i = True
+            prev_prefix, prev_kind = prefix, kind
+    return "iob1" if begins_with_i else "iob2"
 
 
 def labels(types, scheme: str) -> list[str]:
@@ -213,6 +233,10 @@ class _Collector:
         return self.out
 
 
+# conlleval's column separators: ASCII space and tab (a no-break space is in a word).
+_COLUMNS = re.compile("[ \t]+")
+
+
 def read(path: str, scheme: str, types=None, strict: bool = False,
          on_bad: str = "error") -> Sentences:
     """The sentences of a CoNLL file in `scheme`. `types`: the entity types allowed (the
@@ -223,7 +247,8 @@ def read(path: str, scheme: str, types=None, strict: bool = False,
     collector = _Collector(path, scheme, types, strict, on_bad)
     columns, rows, first_line, problem = None, [], 0, None
     for number, line in enumerate(_lines(path) + [""], start=1):
-        fields = line.split()
+        fields = _COLUMNS.split(line.rstrip("\r").strip(" \t"))
+        fields = fields if fields != [""] else []
         if not fields:
             if rows:
                 collector.add(rows, first_line, problem)

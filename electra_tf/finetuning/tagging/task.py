@@ -12,6 +12,7 @@
     predicted", conlleval's input) in the run dir ─► export_tagging (raw text or words)
 """
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
@@ -29,9 +30,11 @@ from electra_tf.serving import tagging_windows as windows_lib
 SCHEDULES = {"conll2003": task_lib.Schedule(),
              "conll2000": task_lib.Schedule(max_seq_length=256),
              "tagging": task_lib.Schedule()}
-# The schemes the sets' files are written in: CoNLL-2003's original distribution is IOB1
-# (IOB2 copies read alike unless data.strict), CoNLL-2000's is IOB2.
-FILE_SCHEMES = {"conll2003": "iob1", "conll2000": "iob2", "tagging": "iob2"}
+# The files' scheme by default: detected from the training file, as CoNLL-2003 comes in
+# both (its original eng.* files are IOB1; TFDS's set and the common train.txt/valid.txt
+# copies are IOB2); TFDS's conll2003 is IOB2.
+FILE_SCHEMES = {"conll2003": "auto", "conll2000": "auto", "tagging": "auto"}
+TFDS_SCHEME = "iob2"
 _SENTENCES_PER_CALL = 1024   # sentences windowed per eager call when reading
 
 
@@ -41,8 +44,9 @@ class TaggingTask(task_lib.Task):
     eval_splits = ("validation",)
     primary_metric = "f1"
     signatures = ("serving_default", "words")
-    resume_keys = ("data.scheme", "data.stride", "model.label_scheme")
-    read_keys = ("model.entity_types",)   # the head's classes, from the training file
+    resume_keys = ("data.stride", "model.label_scheme")
+    # The head's classes and the files' scheme (auto: detected), from the training file.
+    read_keys = ("model.entity_types", "data.scheme")
 
     def __init__(self, name: str, config=None):
         super().__init__(config)
@@ -50,7 +54,8 @@ class TaggingTask(task_lib.Task):
         self.schedule = SCHEDULES[name]
 
     def configure(self, config) -> None:
-        config.data.scheme = FILE_SCHEMES[self.name]  # the files' tags: iob1|iob2|bioes
+        config.data.scheme = FILE_SCHEMES[self.name]  # the files' tags: iob1|iob2|bioes, or
+        #                               auto: the training file's (written here when read)
         config.data.strict = False    # an invalid transition in the files is an error
         #                               (or, with on_bad=skip, its sentence is skipped)
         config.data.stride = 0        # pieces between windows' starts over a sentence
@@ -66,11 +71,11 @@ class TaggingTask(task_lib.Task):
 
     def check_config(self) -> None:
         data, model = self.config.data, self.config.model
-        for key, value in (("data.scheme", data.scheme),
-                           ("model.label_scheme", model.label_scheme)):
-            if value not in conll.SCHEMES:
+        for key, value, allowed in (("data.scheme", data.scheme, ("auto",) + conll.SCHEMES),
+                                    ("model.label_scheme", model.label_scheme, conll.SCHEMES)):
+            if value not in allowed:
                 raise errors.UserError(f"config.{key}={value!r}: choose one of "
-                                       f"{', '.join(conll.SCHEMES)}")
+                                       f"{', '.join(allowed)}")
         if not data.dir and self.name not in conll.TFDS_NAMES:
             raise errors.UserError("config.data.dir is empty: give the directory of the "
                                    "CoNLL files (train.txt, dev.txt[, test.txt])")
@@ -84,20 +89,43 @@ class TaggingTask(task_lib.Task):
         types = [t for t in self.config.model.entity_types.split(",") if t]
         return conll.labels(types, self.config.model.label_scheme)
 
-    def _read(self, split: str, types) -> conll.Sentences:
+    def _read(self, split: str, types, scheme=None, strict=None) -> conll.Sentences:
         data = self.config.data
+        scheme = scheme or data.scheme
+        strict = data.strict if strict is None else strict
         if not data.dir:  # conll2003 prepared by TFDS (check_config)
-            return conll.read_tfds(self.name, split, data.tfds_data_dir or None, data.scheme,
-                                   types, data.strict, data.on_bad)
+            return conll.read_tfds(self.name, split, data.tfds_data_dir or None, scheme,
+                                   types, strict, data.on_bad)
         path = conll.find(data.dir, split)
         if path is None:
             names = " or ".join(conll.FILES[split])
-            raise conll.TaggingDataError(f"no {names} (plain or .gz) in {data.dir}")
-        return conll.read(path, data.scheme, types, data.strict, data.on_bad)
+            hint = (" (CoNLL-2000 has no dev file: the original ELECTRA evaluates its "
+                    "chunking on the test set, placed as dev.txt)"
+                    if split == "validation" and self.name == "conll2000" else "")
+            raise conll.TaggingDataError(f"no {names} (plain or .gz) in {data.dir}{hint}")
+        return conll.read(path, scheme, types, strict, data.on_bad)
+
+    def _read_train(self, types) -> tuple[conll.Sentences, str]:
+        """The training file, and how config.data.scheme was set: "auto" is replaced by
+        the file's scheme (`conll.detect_scheme`; TFDS conll2003: IOB2)."""
+        data = self.config.data
+        if data.scheme != "auto":
+            return self._read("train", types), ""
+        if not data.dir:
+            data.scheme = TFDS_SCHEME
+            return self._read("train", types), " (TFDS conll2003's, saved in config.json)"
+        # BIOES's prefixes admit every scheme's; strictness is checked in the scheme found.
+        train = self._read("train", types, "bioes", strict=False)
+        data.scheme = conll.detect_scheme(train.tags)
+        if data.strict:
+            train = self._read("train", types)
+        return train, " (detected from it, saved in config.json)"
 
     def read(self, vocab, lower_case: bool) -> task_lib.Data:
         given = [t for t in self.config.model.entity_types.split(",") if t]
-        train = self._read("train", set(given) if given else None)
+        train, detected = self._read_train(set(given) if given else None)
+        scheme = self.config.data.scheme
+        logging.info("%s: tags %s%s", train.source, scheme.upper(), detected)
         types = sorted(given or train.types())
         if not types:
             raise conll.TaggingDataError(f"{train.source}: no entity tags (every tag is O)")
@@ -108,7 +136,8 @@ class TaggingTask(task_lib.Task):
         tests = {"test": self._read("test", set(types))} if self.config.predict_test else {}
         rows = self._rows(train, window)
         rows.summary += (f"; entity types {', '.join(types)}"
-                         + ("" if given else " (from it, saved in config.json)"))
+                         + ("" if given else " (from it, saved in config.json)")
+                         + f"; tags {scheme.upper()}{detected}")
         return task_lib.Data(rows, {s: self._rows(e, window) for s, e in evals.items()},
                              {s: self._rows(e, window) for s, e in tests.items()})
 

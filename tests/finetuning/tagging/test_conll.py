@@ -135,3 +135,32 @@ def test_predictions_file_is_conllevals_input():
     text = conll.write([["EU", "rejects"], ["Paris"]], [["B-ORG", "O"], ["B-LOC"]],
                        [["B-ORG", "O"], ["O"]])
     assert text == "EU B-ORG B-ORG\nrejects O O\n\nParis B-LOC O\n\n"
+
+
+@pytest.mark.parametrize("tag_lists,scheme", [
+    ([["B-PER", "I-PER", "O", "B-LOC"]], "iob2"),
+    ([["B-PER", "I-PER", "O", "B-LOC"], ["O", "I-LOC"]], "iob1"),      # I-X after O
+    ([["I-PER", "O"]], "iob1"),                                         # at the start
+    ([["B-PER", "I-LOC"]], "iob1"),                                     # after another type
+    ([["B-PER", "I-PER", "B-PER"]], "iob2"),
+    ([["I-PER", "E-PER", "O", "S-LOC"]], "bioes"),
+    ([["O", "O"]], "iob2"),
+])
+def test_the_scheme_is_detected_from_the_tags(tag_lists, scheme):
+    assert conll.detect_scheme(tag_lists) == scheme
+
+
+def test_columns_split_at_ascii_space_and_tab_only(tmp_path):
+    """conlleval splits a row at spaces and tabs: a no-break space or an ideographic
+    space is part of the word."""
+    path = tmp_path / "train.txt"
+    path.write_bytes("New\u00a0York\tNN B-LOC\n北京\u3000市  NN\tB-LOC\r\n\n".encode("utf-8"))
+    read = conll.read(str(path), "iob2")
+    assert read.words == [["New\u00a0York", "北京\u3000市"]]
+    assert read.tags == [["B-LOC", "B-LOC"]]
+
+
+def test_auto_is_not_a_scheme_to_write():
+    """"auto" is replaced by the training file's scheme before any tag is written."""
+    with pytest.raises(ValueError, match="scheme='auto': not one of iob1, iob2, bioes"):
+        conll.tags([conll.Span("PER", 0, 1)], 1, "auto")

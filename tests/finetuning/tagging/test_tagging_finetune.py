@@ -15,6 +15,7 @@ from electra_tf import errors
 from electra_tf.finetuning import loop
 from electra_tf.finetuning import tasks
 from electra_tf.finetuning.tagging import conll
+from electra_tf.finetuning.tagging import metrics
 from tests import helpers
 from tests.finetuning.tagging import generated
 
@@ -43,7 +44,7 @@ def test_presets_have_the_originals_hyperparameters():
     assert (chunk.data.max_seq_length, chunk.train.learning_rate,  # lr from the model
             chunk.train.warmup_proportion, chunk.train.weight_decay) == (256, 0.0, 0.1, 0.01)
     assert (ner.data.scheme, chunk.data.scheme, ner.model.label_scheme) == (
-        "iob1", "iob2", "bioes")
+        "auto", "auto", "bioes")
     anything = finetune_configs.get_config("tagging,small")
     assert (anything.data.max_seq_length, anything.model.entity_types,
             anything.train.learning_rate, anything.train.layerwise_lr_decay) == (
@@ -64,7 +65,8 @@ def test_read_takes_the_types_from_the_training_file_and_labels_first_pieces(tmp
     assert task.labels[:5] == ["O", "B-LOC", "I-LOC", "E-LOC", "S-LOC"]
     assert read.train.summary.startswith("40 sentences in ")
     assert read.train.summary.endswith(f"from {data}/eng.train (0 skipped); entity types "
-                                       "LOC, ORG, PER (from it, saved in config.json)")
+                                       "LOC, ORG, PER (from it, saved in config.json); tags "
+                                       "IOB1 (detected from it, saved in config.json)")
     assert list(read.evals) == ["validation"] and list(read.tests) == ["test"]
     columns = read.train.columns
     sentences = conll.read(os.path.join(data, "eng.train"), "iob1")
@@ -109,6 +111,7 @@ def test_conll2003_from_tfds_prepared_locally_reads_as_the_files(tmp_path):
     read = task.read(helpers.write_vocab(str(tmp_path)), lower_case=True)
     assert read.evals["validation"].summary.startswith("8 sentences in ")
     assert "from conll2003:dev (0 skipped)" in read.evals["validation"].summary
+    assert config.data.scheme == "iob2"   # TFDS's tags
     for split, name in (("train", "train.txt"), ("validation", "valid.txt"),
                         ("test", "test.txt")):
         from_tfds = conll.read_tfds("conll2003", split, tfds_dir, "iob2")
@@ -122,9 +125,35 @@ def test_conll2003_from_tfds_prepared_locally_reads_as_the_files(tmp_path):
         conll.read_tfds("conll2000", "train", tfds_dir, "iob2")
 
 
+@pytest.mark.parametrize("written,configured,expected", [
+    ("iob2", "auto", "iob2"), ("iob1", "auto", "iob1"), ("bioes", "auto", "bioes"),
+    ("iob2", "iob1", "iob1")])   # a configured scheme wins
+def test_the_files_scheme_is_detected_saved_and_written(tmp_path, written, configured,
+                                                        expected):
+    """CoNLL-2003's copies are IOB2 (TFDS, train.txt/valid.txt), its eng.* files IOB1:
+    the training file's scheme is used (strict mode accepts the file) and the
+    predictions are written in it, so a perfect prediction scores 100 accuracy."""
+    data = generated.write_set(tmp_path, 20, 5, scheme=written)
+    config = _config("conll2003", "", data, **{"data.scheme": configured,
+                                               "data.strict": configured == "auto"})
+    task = tasks.get("conll2003", config)
+    task.check_config()
+    read = task.read(helpers.write_vocab(str(tmp_path)), lower_case=True)
+    assert config.data.scheme == expected    # saved with config.json, used by the export
+    if configured == "auto":
+        assert f"tags {expected.upper()} (detected from it" in read.train.summary
+    rows = read.evals["validation"]
+    sentences = rows.payload[0]
+    logits = np.eye(len(task.labels), dtype=np.float32)[rows.columns["labels"]]  # perfect
+    predicted = task.predicted_tags(rows, logits)
+    assert (predicted == sentences.tags) == (written == expected)
+    if written == expected:
+        assert metrics.evaluate(sentences.tags, predicted)["accuracy"] == 100.0
+
+
 @pytest.mark.parametrize("overrides,message", [
     ({"data.dir": ""}, "config.data.dir is empty: give the directory of the CoNLL files"),
-    ({"data.scheme": "bio"}, "config.data.scheme='bio': choose one of iob1, iob2, bioes"),
+    ({"data.scheme": "bio"}, "config.data.scheme='bio': choose one of auto, iob1, iob2, bioes"),
     ({"data.stride": 31}, r"config.data.stride=31: must be in 1..30"),
 ])
 def test_bad_configs_are_one_line(overrides, message):
@@ -140,6 +169,11 @@ def test_a_missing_file_names_the_set_directory(tmp_path):
     with pytest.raises(errors.UserError, match=r"config.data.dir='.*data': no dev.txt or "
                        r"valid.txt or eng.testa \(plain or .gz\) in .*data$"):
         loop.finetune(_config("tagging", pretrained, data), str(tmp_path / "run"))
+    # CoNLL-2000 ships train and test files only: the original evaluates on the test set.
+    with pytest.raises(errors.UserError, match=r"in .*data \(CoNLL-2000 has no dev file: "
+                       r"the original ELECTRA evaluates its chunking on the test set, "
+                       r"placed as dev.txt\)$"):
+        loop.finetune(_config("conll2000", pretrained, data), str(tmp_path / "run2"))
 
 
 def _rest_example():
@@ -172,7 +206,6 @@ def test_tiny_model_learns_the_generated_set_resumes_and_its_export_answers(tmp_
                  for block in lines.strip("\n").split("\n\n")]
     dev = conll.read(os.path.join(data, "dev.txt"), "iob2")
     assert [[r[0] for r in s] for s in sentences] == dev.words
-    from electra_tf.finetuning.tagging import metrics  # pylint: disable=g-import-not-at-top
     assert metrics.evaluate([[r[1] for r in s] for s in sentences],
                             [[r[2] for r in s] for s in sentences])["f1"] == pytest.approx(
                                 results["best"]["metrics"]["validation"]["f1"])
