@@ -107,11 +107,15 @@ def signatures(workdir: str) -> tuple:
 
 def score(model: pretrainer.ElectraPretrainer, input_ids, input_mask, segment_ids):
     """One pass of the discriminator: `token_scores` [B, S] (the objective's
-    `token_scores`, 0 at padding) and `score` [B], their sum over the real tokens."""
+    `token_scores` at the text's tokens, 0 at [CLS], [SEP] and padding) and `score` [B],
+    their sum. [CLS] and [SEP] are left out as the pseudo-log-likelihood leaves them out:
+    ELECTRIC's cloze model never predicts them, so their energy is no likelihood."""
     sequence = model.discriminator({"token_ids": input_ids, "segment_ids": segment_ids,
                                     "padding_mask": input_mask}, training=False)
     tokens = model.objective.token_scores(model, tf.cast(sequence, tf.float32))
-    tokens = tokens * tf.cast(input_mask, tf.float32)                          # [B, S]
+    counted = objectives.base.candidates({"input_mask": input_mask,
+                                           "segment_ids": segment_ids})
+    tokens = tokens * counted                                                  # [B, S]
     return {"score": tf.reduce_sum(tokens, -1), "token_scores": tokens}
 
 

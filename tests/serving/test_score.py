@@ -43,15 +43,17 @@ def _packed(vocab):
 
 
 def test_the_score_signature_answers_raw_text(run, exported, electric, tmp_path):
-    """ELECTRIC's run, in TF Serving's session loader: −Σ energies over the real tokens,
-    as serving_default's energies give them. ELECTRA's (loaded in process): Σ log(1 −
-    P(replaced)) over the real tokens."""
+    """ELECTRIC's run, in TF Serving's session loader: −Σ energies over the text's tokens
+    ([CLS], [SEP] and padding left out), as serving_default's energies give them.
+    ELECTRA's (loaded in process): Σ log(1 − P(replaced)) over the same tokens."""
     feeds = {"text": np.array(TEXTS, object)}
     served = helpers.session_run(electric["exported"], {
         "score": ("score", feeds), "default": ("serving_default", feeds)}, str(tmp_path))
     ids, mask, segments = _packed(electric["vocab"])
     np.testing.assert_array_equal(served["score"]["token_ids"], ids)
-    tokens = -served["default"]["energies"] * mask
+    counted = base.candidates({"input_mask": mask, "segment_ids": segments}).numpy()
+    assert counted.sum() < mask.sum()  # [CLS] and [SEP] are real tokens not counted
+    tokens = -served["default"]["energies"] * counted
     np.testing.assert_allclose(served["score"]["token_scores"], tokens, atol=1e-4)
     np.testing.assert_allclose(served["score"]["score"], tokens.sum(1), atol=1e-3)
     expected = export.score(electric["model"], ids, mask, segments)["score"].numpy()
@@ -61,7 +63,8 @@ def test_the_score_signature_answers_raw_text(run, exported, electric, tmp_path)
     ids, mask, segments = _packed(run["vocab"])
     probability = export.discriminate(run["model"], ids, mask, segments)[
         "replaced_probability"].numpy()
-    tokens = np.log1p(-probability) * mask
+    counted = base.candidates({"input_mask": mask, "segment_ids": segments}).numpy()
+    tokens = np.log1p(-probability) * counted
     np.testing.assert_allclose(got["token_scores"].numpy(), tokens, atol=1e-4)
     np.testing.assert_allclose(got["score"].numpy(), tokens.sum(1), atol=1e-3)
 

@@ -97,7 +97,7 @@ class Objective:
     def token_scores(self, model, sequence):
         """How well each token fits its context, [B, S] float32, read from one pass of
         the main encoder (`sequence` [B, S, H]) (`scores` only); a text's score is their
-        sum over its real tokens (the `score` signature, tools/score_text.py)."""
+        sum over its tokens but [CLS] and [SEP] (`candidates`; the `score` signature)."""
         raise NotImplementedError
 
     def training_flops(self, shape, seq_len: int, num_predictions: int,
