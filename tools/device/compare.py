@@ -2,8 +2,8 @@
 
 On a lent GPU machine after setup.sh (`source tools/device/env.sh` first), or on a CPU
 (`--device=cpu`, the rehearsal). A point is SIZE-SEQ-BATCH (e.g. base-128-256). At each,
-`tools/benchmark.py` runs, then the peer (`hf_electra_bench.py` beside this file: a copy
-of ../shared/peers/hf_electra_bench.py, which does not travel with the repository) at the
+`tools/benchmark.py` runs, then the peer (../shared/peers/hf_electra_bench.py, outside the
+project: pack.sh copies it beside this file, untracked, so that it travels) at the
 same size, sequence length and batch, each in its own process under a time cap; then one
 line: both figures, their ratio, each one's MFU (the peer's at our count of model FLOPs
 per sequence and the same peak), each one's peak memory (the GPU allocator's high-water
@@ -27,7 +27,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-PEER = os.path.join(HERE, "hf_electra_bench.py")
+# The peer's copy beside this file (pack.sh), else the one in ../shared/peers/.
+PEER = next((p for p in (os.path.join(HERE, "hf_electra_bench.py"), os.path.join(
+    ROOT, "..", "shared", "peers", "hf_electra_bench.py")) if os.path.exists(p)),
+    os.path.join(HERE, "hf_electra_bench.py"))
 MIN_SECONDS = 60  # a point gets at least this, or is skipped
 MAX_SECONDS = 300  # and at most this for each of its two runs
 

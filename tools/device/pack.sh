@@ -37,6 +37,9 @@ rm -rf "$ROOT"/.p[0-9]*
 (cd "$W" && rm -f part* && split -b 56M -d -a 2 site.tar.zst part)
 for f in "$W"/part*; do i=${f##*part}; mkdir -p "$ROOT/.p$i"; cp "$f" "$ROOT/.p$i/site.part$i"; done
 cp "$W"/whl/zstandard-*.whl "$ROOT/.p$i/"
+# The PyTorch peer lives outside the project (../shared/peers/): a copy beside compare.py,
+# untracked and not ignored, so that it travels with the working tree on every call.
+cp "$ROOT/../shared/peers/hf_electra_bench.py" "$ROOT/tools/device/hf_electra_bench.py"
 du -sh "$ROOT"/.p[0-9]*
 for d in "$ROOT"/.p[0-9]*; do
   [ $(du -sm "$d" | cut -f1) -le 62 ] || { echo "$d is over 62 MiB: too large for a call"; exit 1; }
