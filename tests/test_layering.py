@@ -9,7 +9,8 @@ import no layer); every `import` counts, at the top of a module or inside a func
     layer        may import                                  why
     shared       -                                           errors, progress, compat,
                                                              workdir, config_check,
-                                                             profiling: leaves
+                                                             profiling, registry:
+                                                             leaves
     text         -                                           vocab and tokenizer first
     data         text                                        the pipeline never imports
                                                              the model
@@ -47,7 +48,8 @@ from tests import helpers
 
 PACKAGE = os.path.join(helpers.ROOT, "electra_tf")
 
-SHARED = {"errors", "progress", "compat", "workdir", "config_check", "profiling"}
+SHARED = {"errors", "progress", "compat", "workdir", "config_check", "profiling",
+          "registry"}
 BINARIES = {"cli", "flags", "train", "finetune"}
 LAYER_OF_MODULE = {"model_config": "model"}  # top-level modules that belong to a layer
 MAY_IMPORT = {
