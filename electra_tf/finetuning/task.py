@@ -1,27 +1,40 @@
-"""What the fine-tuning loop asks of a task: the interface of the task family.
+"""What the fine-tuning loop asks of a task: the base class of the task family.
 
-A task (`tasks.get(name, config)`: a GLUE task in `glue/task.py`, SQuAD in
-`squad/task.py`) turns its data into `Rows`, builds its head on the pre-trained encoder,
-computes its loss, scores the model's outputs and exports the model for TF Serving.
-`finetuning/loop.py` knows nothing else about it: the same strategies, batches, resume,
-best checkpoint and results for every task. A new task family (NER, say) is a new
-package beside glue/ and squad/ with a `Task` subclass, and a line in `tasks.TASKS`.
+A task is a `Task` subclass with a `name`, registered in `tasks.TASKS` and made as
+`Task(config)` (`tasks.get(name, config)`; config None where only class facts are read:
+`configure`, `schedule`, `primary_metric`). It turns its data into `Rows`, builds its
+head on the pre-trained encoder, computes its loss, scores the model's outputs and
+exports the model for TF Serving. `finetuning/loop.py` knows nothing else about it: the
+same strategies, batches, resume, best checkpoint and results for every task. The
+members: glue/task.py (eight GLUE tasks), squad/task.py (SQuAD 1.1, 2.0),
+tagging/task.py (CoNLL-2003, CoNLL-2000, any CoNLL-format set). A new task is a module
+(or a package beside glue/ and squad/) with a subclass, and a line in `tasks.TASKS`:
 
-    configure(config)             its defaults and its own fields (configs/finetune.py)
-    check_config()                one-line errors for its own fields
-    read(vocab, lower_case)       → Data: train Rows, {dev split: Rows}, {test split: Rows}
-    build_model(encoder)          → keras.Model on {input_ids, input_mask, segment_ids}
-    loss(model, inputs, labels)   → per-row loss [b] (the loop sums and divides by the
+    class Mine(task.Task):
+        name = "mine"                       # config.task, configs/finetune.py's TASK
+        eval_splits = ("validation",)
+        primary_metric = "accuracy"
+        schedule = task.Schedule(epochs=3.0)
+        def configure(self, config): ...    # the hooks marked "member" below
+        ...
+
+The hooks (R: every member fills it in; the others have the default said):
+
+  R configure(config)             its defaults and its own fields (configs/finetune.py)
+    check_config()                one-line errors for its own fields; default: none
+  R read(vocab, lower_case)       → Data: train Rows, {dev split: Rows}, {test split: Rows}
+  R build_model(encoder)          → keras.Model on {input_ids, input_mask, segment_ids}
+  R loss(model, inputs, labels)   → per-row loss [b] (the loop sums and divides by the
                                     global batch)
-    evaluate(split, rows, outputs) → Evaluation: metrics, files for the run dir
-    predict_test(split, rows, outputs) → (file in the run dir, its text)
-    export(model, vocab, max_seq_length, output, lower_case) → SavedModel path
+  R evaluate(split, rows, outputs) → Evaluation: metrics, files for the run dir
+    predict_test(split, rows, outputs) → (file in the run dir, its text); default: the
+                                    task has no test predictions (config.predict_test)
+  R export(model, vocab, max_seq_length, output, lower_case) → SavedModel path
 
 `outputs` are the model's inference outputs (a tensor or a dict of them) for every row,
 as numpy arrays in the rows' order: the loop gathers them from every replica and worker.
 """
 
-import abc
 import dataclasses
 from collections.abc import Callable
 
@@ -67,13 +80,18 @@ class Schedule:
     weight_decay: float = 0.01
 
 
-class Task(abc.ABC):
-    """One fine-tuning task; `config` is the run's (None where only `configure` is used)."""
+class Task:
+    """One fine-tuning task, made as `Task(config)` from the run's config (None where
+    only the class attributes and `configure` are used). A member sets the class
+    attributes without a default and implements the methods that raise
+    `NotImplementedError`."""
 
-    name: str
-    eval_splits: tuple[str, ...]
-    primary_metric: str              # of the first eval split: selects the best step
-    schedule: Schedule
+    # Member: the class facts (read before a config exists).
+    name: str = ""                     # config.task
+    eval_splits: tuple[str, ...] = ()  # the first selects the best step
+    primary_metric: str = ""           # of the first eval split: selects the best step
+    schedule: Schedule = Schedule()    # the original's fine-tuning defaults
+    # Defaults.
     resume_keys: tuple[str, ...] = ()  # "section.key" a resume must keep (besides the
     #                                    loop's task, batch size, seed, max_seq_length)
     read_keys: tuple[str, ...] = ()    # "section.key" that `read` fills from the data
@@ -83,34 +101,37 @@ class Task(abc.ABC):
     def __init__(self, config=None):
         self.config = config
 
-    @abc.abstractmethod
     def configure(self, config) -> None:
-        """Fills the task's own fields of a fresh config (its defaults, commented)."""
+        """Member: fills the task's own fields of a fresh config (its defaults,
+        commented)."""
+        raise NotImplementedError
 
     def check_config(self) -> None:
-        """One-line `errors.UserError`s for the task's own fields that cannot work."""
+        """One-line `errors.UserError`s for the task's own fields that cannot work;
+        default: nothing to check."""
 
-    @abc.abstractmethod
     def read(self, vocab, lower_case: bool) -> Data:
-        """The run's data; bad input raises `errors.UserError` naming where."""
+        """Member: the run's data; bad input raises `errors.UserError` naming where."""
+        raise NotImplementedError
 
-    @abc.abstractmethod
     def build_model(self, encoder):
-        """The task's head on `encoder`, seeded by config.train.seed."""
+        """Member: the task's head on `encoder`, seeded by config.train.seed."""
+        raise NotImplementedError
 
-    @abc.abstractmethod
     def loss(self, model, inputs, labels):
-        """Per-row training loss [b] (dropout on)."""
+        """Member: per-row training loss [b] (dropout on)."""
+        raise NotImplementedError
 
-    @abc.abstractmethod
     def evaluate(self, split: str, rows: Rows, outputs) -> Evaluation:
-        """The metrics of `split` (with `primary_metric`) from the outputs of its rows."""
+        """Member: the metrics of `split` (with `primary_metric`) from the outputs of
+        its rows."""
+        raise NotImplementedError
 
     def predict_test(self, split: str, rows: Rows, outputs) -> tuple[str, str]:
-        """(path in the run dir, text) of a test split's predictions."""
+        """(path in the run dir, text) of a test split's predictions; default: none."""
         raise NotImplementedError(f"{self.name} has no test predictions")
 
-    @abc.abstractmethod
     def export(self, model, vocab, max_seq_length: int, output: str,
                lower_case: bool) -> str:
-        """Writes the model as a SavedModel for TF Serving to `output`."""
+        """Member: writes the model as a SavedModel for TF Serving to `output`."""
+        raise NotImplementedError

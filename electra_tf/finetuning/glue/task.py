@@ -19,17 +19,19 @@ from electra_tf.text import packer as packer_lib
 
 
 class GlueTask(task_lib.Task):
-    """A GLUE task (`specs.TaskSpec`); the original's classification head and metrics."""
+    """A GLUE task: the original's classification head and metrics. A member sets
+    `spec` (a `specs.TaskSpec`) alone: its name, eval splits, primary metric and
+    schedule are the spec's."""
 
+    spec: specs.TaskSpec
     signatures = ("serving_default", "serving_ids")
 
-    def __init__(self, spec: specs.TaskSpec, config=None):
-        super().__init__(config)
-        self.spec = spec
-        self.name = spec.name
-        self.eval_splits = spec.eval_splits
-        self.primary_metric = spec.primary_metric
-        self.schedule = task_lib.Schedule(
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        spec = cls.spec
+        cls.name, cls.eval_splits = spec.name, spec.eval_splits
+        cls.primary_metric = spec.primary_metric
+        cls.schedule = task_lib.Schedule(
             epochs=spec.num_train_epochs, max_seq_length=spec.max_seq_length,
             batch_size=spec.train_batch_size, warmup_proportion=spec.warmup_proportion,
             weight_decay=spec.weight_decay_rate)
@@ -110,3 +112,8 @@ class GlueTask(task_lib.Task):
         return export.export_classifier(model, vocab, self.spec, max_seq_length, output,
                                         lower_case=lower_case)
 
+
+
+# The members, one a spec, in `specs.TASKS`' order (a GLUE-like task is a spec there).
+MEMBERS = tuple(type(f"Glue{spec.name.upper()}", (GlueTask,), {"spec": spec})
+                for spec in specs.TASKS.values())

@@ -31,24 +31,19 @@ _SCHEDULE = task_lib.Schedule(epochs=2.0, max_seq_length=512)
 
 
 class SquadTask(task_lib.Task):
-    """SQuAD `version` ("squad1" or "squad2"): extractive question answering."""
+    """Extractive question answering on a SQuAD version; a member sets `name` (the
+    version: "squad1" or "squad2", `squad_data.TFDS_NAMES`) and `v2`."""
 
+    v2: bool = False                    # unanswerable questions, the null threshold
     eval_splits = ("validation",)
     primary_metric = "f1"
     schedule = _SCHEDULE
     signatures = ("serving_default",)
-
-    def __init__(self, version: str, config=None):
-        super().__init__(config)
-        self.name = self.version = version
-        self.v2 = version == "squad2"
-        # A resume must keep what makes the windows (doc_stride, max_query_length), the
-        # objective (answerable_weight) and what chose the best step (the beam, the answer
-        # length, 2.0's null threshold).
-        self.resume_keys = ("data.doc_stride", "data.max_query_length",
-                            "model.answerable_weight", "model.beam_size",
-                            "model.max_answer_length") + (
-                                ("model.null_threshold",) if self.v2 else ())
+    # A resume must keep what makes the windows (doc_stride, max_query_length), the
+    # objective (answerable_weight) and what chose the best step (the beam, the answer
+    # length, 2.0's null threshold).
+    resume_keys = ("data.doc_stride", "data.max_query_length", "model.answerable_weight",
+                   "model.beam_size", "model.max_answer_length")
 
     def configure(self, config) -> None:
         config.data.doc_stride = 128        # tokens between windows' starts; original: 128
@@ -88,9 +83,9 @@ class SquadTask(task_lib.Task):
         load = dict(data_dir=data.dir or None, tfds_data_dir=data.tfds_data_dir or None,
                     on_bad=data.on_bad)
         return task_lib.Data(
-            self._rows(squad_data.load(self.version, "train", **load), vocab, lower_case,
+            self._rows(squad_data.load(self.name, "train", **load), vocab, lower_case,
                        train=True),
-            {"validation": self._rows(squad_data.load(self.version, "validation", **load),
+            {"validation": self._rows(squad_data.load(self.name, "validation", **load),
                                       vocab, lower_case, train=False)}, {})
 
     def _rows(self, questions: squad_data.Questions, vocab, lower_case,
@@ -150,3 +145,13 @@ class SquadTask(task_lib.Task):
             max_answer_length=settings.model.max_answer_length,
             null_threshold=settings.model.null_threshold if self.v2 else None)
 
+
+
+class Squad1(SquadTask):
+    name = "squad1"
+
+
+class Squad2(SquadTask):
+    name = "squad2"
+    v2 = True
+    resume_keys = SquadTask.resume_keys + ("model.null_threshold",)

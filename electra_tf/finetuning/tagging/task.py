@@ -24,38 +24,30 @@ from electra_tf.finetuning.tagging import model as model_lib
 from electra_tf.serving import export_tagging
 from electra_tf.serving import tagging_windows as windows_lib
 
-# The original ELECTRA's defaults (configure_finetuning.py): 3 epochs, batch 32,
-# max_seq_length 128, but 256 for its chunking task; the learning rate and decay by model
-# size (hparams.py). CoNLL-2003 is not among its tasks: the general defaults.
-SCHEDULES = {"conll2003": task_lib.Schedule(),
-             "conll2000": task_lib.Schedule(max_seq_length=256),
-             "tagging": task_lib.Schedule()}
-# The files' scheme by default: detected from the training file, as CoNLL-2003 comes in
-# both (its original eng.* files are IOB1; TFDS's set and the common train.txt/valid.txt
-# copies are IOB2); TFDS's conll2003 is IOB2.
-FILE_SCHEMES = {"conll2003": "auto", "conll2000": "auto", "tagging": "auto"}
 TFDS_SCHEME = "iob2"
 _SENTENCES_PER_CALL = 1024   # sentences windowed per eager call when reading
 
 
 class TaggingTask(task_lib.Task):
-    """A CoNLL-format tagging set: `conll2003` (NER), `conll2000` (chunking), `tagging`."""
+    """Tagging a CoNLL-format set; a member sets `name` (TFDS's name where TFDS has the
+    set: `conll.TFDS_NAMES`) and, where the original's differ, `schedule`."""
 
     eval_splits = ("validation",)
     primary_metric = "f1"
+    # The original ELECTRA's defaults (configure_finetuning.py): 3 epochs, batch 32,
+    # max_seq_length 128 (its chunking task: 256); the learning rate and decay by model
+    # size (hparams.py).
+    schedule = task_lib.Schedule()
     signatures = ("serving_default", "words")
     resume_keys = ("data.stride", "model.label_scheme")
     # The head's classes and the files' scheme (auto: detected), from the training file.
     read_keys = ("model.entity_types", "data.scheme")
 
-    def __init__(self, name: str, config=None):
-        super().__init__(config)
-        self.name = name
-        self.schedule = SCHEDULES[name]
-
     def configure(self, config) -> None:
-        config.data.scheme = FILE_SCHEMES[self.name]  # the files' tags: iob1|iob2|bioes, or
-        #                               auto: the training file's (written here when read)
+        # The files' tags: iob1|iob2|bioes, or auto: the training file's (written here
+        # when read), as CoNLL-2003 comes in both (its original eng.* files are IOB1;
+        # TFDS's set and the common train.txt/valid.txt copies are IOB2; TFDS_SCHEME).
+        config.data.scheme = "auto"
         config.data.strict = False    # an invalid transition in the files is an error
         #                               (or, with on_bad=skip, its sentence is skipped)
         config.data.stride = 0        # pieces between windows' starts over a sentence
@@ -222,3 +214,20 @@ class TaggingTask(task_lib.Task):
             model, vocab, output, max_seq_length=max_seq_length, lower_case=lower_case,
             stride=self.stride(max_seq_length), labels=self.labels,
             scheme=self.config.data.scheme)
+
+
+class Conll2003(TaggingTask):
+    """Named entities (CoNLL-2003): not among the original's tasks, its general
+    defaults."""
+    name = "conll2003"
+
+
+class Conll2000(TaggingTask):
+    """Chunking (CoNLL-2000), the original's "chunk" task."""
+    name = "conll2000"
+    schedule = task_lib.Schedule(max_seq_length=256)
+
+
+class Tagging(TaggingTask):
+    """Any set of CoNLL files in config.data.dir."""
+    name = "tagging"
