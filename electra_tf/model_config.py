@@ -193,7 +193,8 @@ def pretrainer(config, vocabulary_size: int, dtype=None):
     from electra_tf.model import pretrainer as pretrainer_lib  # pylint: disable=g-import-not-at-top
     model = config.model
     model_shape = shape(config)
-    if model_shape.tie == "gdes" and not objectives.get(objective_name(config)).detects:
+    detects = objectives.OBJECTIVES.get(objective_name(config)).detects
+    if model_shape.tie == "gdes" and not detects:
         # The MLM head projects with the shared table, the input side reads its
         # stop-gradient plus the delta: the main model's LM loss would train the table.
         raise errors.UserError(
@@ -228,7 +229,7 @@ def generator_mode(config) -> str:
         objective = objective_name(config)
         algorithm = config.train.get("algorithm", "joint")
         tie = shape(config).tie
-        if not objectives.get(objective).uses_generator:
+        if not objectives.OBJECTIVES.get(objective).uses_generator:
             raise errors.UserError(f"config.train.generator='frozen': config.model.objective="
                                    f"{objective!r} has no generator")
         if algorithm != "joint":
@@ -259,11 +260,11 @@ def temperature_schedule(config):
 
 
 def objective(config):
-    """The `Objective` of `config.model.objective`, weighing RTD by
-    `config.model.disc_weight`; a one-line `UserError` where it cannot run with the
+    """The `Objective` of `config.model.objective`, made from `config` (weighing RTD by
+    `config.model.disc_weight`); a one-line `UserError` where it cannot run with the
     config's tie or algorithm (`Objective.refusal`)."""
     from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
-    chosen = objectives.get(objective_name(config), config.model.disc_weight)
+    chosen = objectives.OBJECTIVES.create(objective_name(config), config)
     refusal = chosen.refusal(shape(config).tie,
                              config.get("train", {}).get("algorithm", "joint"))
     if refusal:

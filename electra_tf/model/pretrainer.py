@@ -80,8 +80,8 @@ class ElectraPretrainer(keras.Model):
         self.attention_dropout = dropout if attention_dropout is None else attention_dropout
         # The run's one objective (`model_config.objective`, its disc_weight the config's;
         # the trainer's losses and metrics use it), or one by name (`get_config` keeps it).
-        self.objective = (objectives.get(objective) if isinstance(objective, str)
-                          else objective)
+        self.objective = (objectives.OBJECTIVES.create(objective)
+                          if isinstance(objective, str) else objective)
         self.generator_trainable = generator_trainable
         self.mask_prob = mask_prob  # the noise ratio of `electric`'s discriminator
 

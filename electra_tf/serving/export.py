@@ -101,7 +101,7 @@ def discriminate(model: pretrainer.ElectraPretrainer, input_ids, input_mask, seg
 def signatures(workdir: str) -> tuple:
     """The signatures `export_run` writes for the pre-training run in `workdir`."""
     config = ml_collections.ConfigDict(workdir_lib.read_json(workdir, workdir_lib.CONFIG))
-    scores = objectives.get(model_config.objective_name(config)).scores
+    scores = objectives.OBJECTIVES.get(model_config.objective_name(config)).scores
     return SIGNATURES + (("score",) if scores else ())
 
 

@@ -52,7 +52,7 @@ def _source(path: str) -> tuple[str, str | None, ml_collections.ConfigDict]:
 def _language_model(source) -> tuple[str, object]:
     """(what the checkpoint's language model is, its `EncoderSize`)."""
     shape = model_config.shape(source)
-    if objectives.get(model_config.objective_name(source)).uses_generator:
+    if objectives.OBJECTIVES.get(model_config.objective_name(source)).uses_generator:
         return "generator", shape.generator
     return "encoder", shape.discriminator
 
@@ -79,7 +79,7 @@ def configure(config) -> ml_collections.ConfigDict:
         return config
     config = ml_collections.ConfigDict(config.to_dict())
     config.model.generator_init = path = workdir_lib.absolute(path)
-    if not objectives.get(model_config.objective_name(config)).uses_generator:
+    if not objectives.OBJECTIVES.get(model_config.objective_name(config)).uses_generator:
         raise errors.UserError(
             f"config.model.generator_init={path!r} with config.model.objective="
             f"{model_config.objective_name(config)!r}: this objective has no generator to "

@@ -78,8 +78,8 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         eval_data = (pipeline.distributed_dataset(strategy, eval_files, config, masking,
                                                   training=False) if eval_files else None)
         # The view shows replaced-token detection: objectives without it have none.
-        shown = (config.train.eval_predictions if eval_files and chief
-                 and objectives.get(model_config.objective_name(config)).detects else 0)
+        detects = objectives.OBJECTIVES.get(model_config.objective_name(config)).detects
+        shown = (config.train.eval_predictions if eval_files and chief and detects else 0)
         shown_batch = (predictions.first_batch(eval_files, shown,
                                                config.data.max_seq_length, masking,
                                                config.train.seed) if shown else None)

@@ -20,20 +20,18 @@ import tensorflow as tf
 
 from electra_tf.model import objectives
 
-NAMES = objectives.get("electra").names  # the default objective's
+NAMES = objectives.OBJECTIVES.get("electra").names  # the default objective's
 _DETECTION = ("disc_precision", "disc_recall", "disc_auc")
 
 
 class PretrainingMetrics:
     """Create inside `strategy.scope()`; `update` in replica context; `result` on the host."""
 
-    def __init__(self, disc_weight: float = 50.0, objective="electra", algorithm=None):
-        """`objective`: the run's `Objective` (the model's, `model_config.objective`), or
-        a name, made with `disc_weight`. `algorithm` (training/algorithms/): its own
-        metrics too (`metric_names`, from the values its `loss` adds: the training step's
-        metrics only)."""
-        self.objective = (objectives.get(objective, disc_weight)
-                          if isinstance(objective, str) else objective)
+    def __init__(self, objective, algorithm=None):
+        """`objective`: the run's `Objective` (the model's, `model_config.objective`).
+        `algorithm` (training/algorithms/): its own metrics too (`metric_names`, from the
+        values its `loss` adds: the training step's metrics only)."""
+        self.objective = objective
         self.algorithm = algorithm
         self.names = (*self.objective.names, "objective_loss",
                       *(algorithm.metric_names if algorithm else ()))

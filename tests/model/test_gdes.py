@@ -39,7 +39,7 @@ def test_delta_starts_at_zero_and_each_loss_trains_its_own_table():
     with tf.GradientTape(persistent=True) as tape:
         outputs = model(batch, uniform=np.full((2, test_objectives.P), 0.5, "float32"),
                         training=True)
-        _, values = objectives.get("electra").loss(outputs, batch)
+        _, values = objectives.OBJECTIVES.create("electra").loss(outputs, batch)
     mlm_shared, mlm_delta = tape.gradient(values["mlm_loss"], [shared, delta])
     rtd_shared, rtd_delta = tape.gradient(values["rtd_loss"], [shared, delta])
     assert np.any(tf.convert_to_tensor(mlm_shared).numpy()) and mlm_delta is None

@@ -40,13 +40,13 @@ def build(name):
 @pytest.mark.parametrize("name", list(objectives.OBJECTIVES))
 def test_every_objective_runs_its_loss_and_metrics(name):
     model = build(name)
-    objective = objectives.get(name)
+    objective = objectives.OBJECTIVES.create(name)
     b = batch()
     outputs = model(b, uniform=np.full((2, P), 0.5, "float32"), training=False)
     loss, values = objective.loss(outputs, b)
     assert np.isfinite(float(loss))
     assert float(loss) == pytest.approx(float(objective.total(values)))
-    m = metrics.PretrainingMetrics(objective=name)
+    m = metrics.PretrainingMetrics(objective)
     m.update(b, objective.compact(outputs), values)
     out = m.result()
     assert list(out) == [*(n for n in objective.names if n != "grad_norm"), "objective_loss"]
@@ -62,14 +62,14 @@ def test_mlm_builds_no_generator_and_predicts_from_the_masked_input():
     assert model.discriminator_head.token_embedding is model.embeddings.token_embedding
     outputs = model(batch(), training=False)
     assert set(outputs) == {"mlm_logits"} and outputs["mlm_logits"].shape == (2, P, V)
-    assert objectives.get("mlm").loss_names == ("mlm_loss",)
+    assert objectives.OBJECTIVES.create("mlm").loss_names == ("mlm_loss",)
 
 
 def test_electra_15_counts_the_discriminator_only_at_masked_positions():
     b = batch()
     outputs = build("electra").call(b, uniform=np.full((2, P), 0.3, "float32"))
-    _, all_tokens = objectives.get("electra").loss(outputs, b)
-    _, masked = objectives.get("electra_15").loss(outputs, b)
+    _, all_tokens = objectives.OBJECTIVES.create("electra").loss(outputs, b)
+    _, masked = objectives.OBJECTIVES.create("electra_15").loss(outputs, b)
     assert masked["mlm_loss"] == all_tokens["mlm_loss"]  # same generator loss
     per_token = all_tokens["rtd_token_losses"].numpy()  # [B, S]
     expected = sum(per_token[r, p] * w for r in range(2) for p, w in
@@ -78,10 +78,10 @@ def test_electra_15_counts_the_discriminator_only_at_masked_positions():
     # Changing the discriminator's logits away from masked positions changes nothing.
     changed = dict(outputs, disc_logits=tf.tensor_scatter_nd_update(
         outputs["disc_logits"], [[0, 0], [0, 7]], [9.0, -9.0]))
-    assert float(objectives.get("electra_15").loss(changed, b)[1]["rtd_loss"]) == \
-        pytest.approx(float(masked["rtd_loss"]))
-    assert float(objectives.get("electra").loss(changed, b)[1]["rtd_loss"]) != \
-        pytest.approx(float(all_tokens["rtd_loss"]))
+    assert float(objectives.OBJECTIVES.create("electra_15").loss(changed, b)[1][
+        "rtd_loss"]) == pytest.approx(float(masked["rtd_loss"]))
+    assert float(objectives.OBJECTIVES.create("electra").loss(changed, b)[1][
+        "rtd_loss"]) != pytest.approx(float(all_tokens["rtd_loss"]))
 
 
 def test_replace_mlm_reads_samples_where_mlm_reads_mask():
@@ -101,7 +101,7 @@ def test_all_tokens_mlm_predicts_every_token():
     b = batch()
     outputs = model(b, uniform=np.full((2, P), 0.7, "float32"), training=False)
     assert outputs["lm_logits"].shape == (2, S, V)
-    _, values = objectives.get("all_tokens_mlm").loss(outputs, b)
+    _, values = objectives.OBJECTIVES.create("all_tokens_mlm").loss(outputs, b)
     per_token = values["lm_token_losses"].numpy()  # [B, S], labels: the original ids
     assert float(values["lm_loss"]) == pytest.approx(
         (per_token * b["input_mask"]).sum() / b["input_mask"].sum(), rel=1e-6)
@@ -111,7 +111,7 @@ def test_gradients_reach_what_each_objective_trains():
     b = batch()
     for name in objectives.OBJECTIVES:
         model = build(name)
-        objective = objectives.get(name)
+        objective = objectives.OBJECTIVES.create(name)
         with tf.GradientTape() as tape:
             outputs = model(b, uniform=np.full((2, P), 0.5, "float32"), training=True)
             loss, _ = objective.loss(outputs, b)

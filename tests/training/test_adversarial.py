@@ -72,8 +72,8 @@ def test_the_generators_gradient_is_the_policy_gradient(temperature):
                    "generator_hidden": generator_hidden, "sampled_ids": tf.constant(samples),
                    "is_replaced": tf.constant([[0.0, 1.0, 0.0, 0.0]]),
                    "temperature": tf.constant(temperature)}  # the step's (model.generate)
-        total, got = adversarial.loss(objectives.get("electra"), None, values, "joint",
-                                      outputs, batch, tf.constant(2.0))
+        total, got = adversarial.loss(objectives.OBJECTIVES.create("electra"), None,
+                                      values, "joint", outputs, batch, tf.constant(2.0))
 
     # By hand: D_rep = sigmoid(disc logit) at the position; reward −log D_rep where
     # replaced, −log(1 − D_rep) where not.
@@ -124,8 +124,8 @@ def test_the_log_probability_is_the_sampled_distributions():
                    "generator_hidden": tf.zeros([1, 1, 2]),
                    "sampled_ids": tf.constant([[2]]), "is_replaced": tf.constant([[0., 1.]]),
                    "temperature": tf.constant(1.0)}
-        total, got = adversarial.loss(objectives.get("electra"), None, values, "joint",
-                                      outputs, batch, tf.constant(1.0))
+        total, got = adversarial.loss(objectives.OBJECTIVES.create("electra"), None,
+                                      values, "joint", outputs, batch, tf.constant(1.0))
     p = _softmax(np.array([0.2, 1.0, -0.3]))
     p_without = p * [1, 0, 1] / (1 - p[1])  # the original (1) taken out
     advantage = float(got["reward_tokens"][0, 0]) - np.log(2.0)

@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from configs import electra
+from electra_tf import model_config
 from electra_tf.training import metrics
+
+
+def objective(disc_weight):
+    """The `electra` objective of a config that weighs RTD by `disc_weight`."""
+    config = electra.get_config("tiny")
+    config.model.disc_weight = disc_weight
+    return model_config.objective(config)
 
 
 def make_step():
@@ -29,7 +38,7 @@ def make_step():
 
 
 def test_one_update():
-    m = metrics.PretrainingMetrics(disc_weight=50.0)
+    m = metrics.PretrainingMetrics(objective(50.0))
     m.update(*make_step())
     out = m.result()
     # Evaluation: no grad_norm, and `loss` is the objective's total.
@@ -49,7 +58,7 @@ def test_one_update():
 
 
 def test_accumulates_token_weighted_and_resets():
-    m = metrics.PretrainingMetrics(disc_weight=1.0)
+    m = metrics.PretrainingMetrics(objective(1.0))
     batch, outputs, values = make_step()
     m.update(batch, outputs, values, grad_norm=tf.constant(2.0))
     # A second step with a single masked position (loss 8) and one real replaced token.
@@ -86,7 +95,7 @@ def test_auc_of_a_perfect_and_an_inverted_discriminator():
     batch, outputs, values = make_step()
     truth = outputs["is_replaced"]
     for sign, expected in ((1.0, 1.0), (-1.0, 0.0)):
-        m = metrics.PretrainingMetrics(disc_weight=50.0)
+        m = metrics.PretrainingMetrics(objective(50.0))
         logits = sign * (truth * 8.0 - 4.0)
         m.update(batch, dict(outputs, disc_logits=logits), values)
         out = m.result()
@@ -95,7 +104,7 @@ def test_auc_of_a_perfect_and_an_inverted_discriminator():
 
 
 def test_works_in_a_tf_function():
-    m = metrics.PretrainingMetrics(disc_weight=50.0)
+    m = metrics.PretrainingMetrics(objective(50.0))
     tf.function(m.update)(*make_step())
     assert m.result()["masked_lm_accuracy"] == pytest.approx(2 / 3)
 
@@ -103,7 +112,7 @@ def test_works_in_a_tf_function():
 def test_training_reports_the_differentiated_loss_beside_the_objectives():
     """With an algorithm (training), `loss` is the mean over steps of the loss each step
     differentiated, whatever the objective's total (`objective_loss`) is."""
-    m = metrics.PretrainingMetrics(disc_weight=50.0, algorithm=types.SimpleNamespace(
+    m = metrics.PretrainingMetrics(objective(50.0), algorithm=types.SimpleNamespace(
         metric_names=(), metric_inputs=lambda batch, values: {}))
     for loss in (3.0, 5.0):
         m.update(*make_step(), grad_norm=tf.constant(1.0))
@@ -143,10 +152,12 @@ import types
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from electra_tf.model import objectives
 from electra_tf.training import metrics
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():
-    m = metrics.PretrainingMetrics(algorithm=types.SimpleNamespace(
+    m = metrics.PretrainingMetrics(objectives.OBJECTIVES.create("electra"),
+                                   algorithm=types.SimpleNamespace(
         metric_names=(), metric_inputs=lambda batch, values: {}))
 
 @tf.function

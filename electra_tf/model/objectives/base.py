@@ -1,5 +1,5 @@
 """What every pre-training objective is: its forward pass, its loss, its metrics, its
-serving head and its FLOPs, behind one interface (`Objective`).
+serving head and its FLOPs, behind one base class (`Objective`).
 
 The pre-trainer (`model/pretrainer.py`) builds the layers an objective asks for
 (`uses_generator`, `make_head`) and hands its forward pass to `Objective.forward`; the
@@ -15,10 +15,21 @@ import tensorflow as tf
 
 from electra_tf.model import flops
 
+# configs/electra.py's config.model.disc_weight: the weight of an objective made without
+# a config (only its class facts read: FLOPs, metric names, doctests).
+DISC_WEIGHT = 50.0
+
 
 class Objective:
-    """One pre-training objective. Subclasses set the class attributes and implement the
-    methods that raise `NotImplementedError`."""
+    """One pre-training objective: a member of `objectives.OBJECTIVES`, made from the
+    run's config (`Member(config)`, `model_config.objective`).
+
+    A member sets `name` and the class attributes below, and implements the hooks marked
+    *abstract* (here they raise `NotImplementedError`): `make_head`, `forward`, `loss`,
+    `total`, `metric_inputs`, `serve`, `training_flops`; `detection` where it `detects`,
+    `token_scores` where it `scores`. The other hooks have defaults a member may keep:
+    `refusal` refuses nothing, `make_generator` leaves the pre-trainer's own generator,
+    `compact` drops `vocab_logits` and `step_only` outputs."""
 
     name: str = ""
     uses_generator: bool = True   # a generator samples replacements for masked positions
@@ -33,13 +44,16 @@ class Objective:
     step_only: tuple = ("generator_hidden", "temperature")  # outputs the metrics never
                                                             # read: dropped
 
-    def __init__(self, disc_weight: float = 50.0):
-        self.disc_weight = disc_weight
+    def __init__(self, config=None):
+        """`config`: the run's ConfigDict, whose config.model.disc_weight weighs the
+        discriminator's loss; None where only the class's facts are read (`DISC_WEIGHT`)."""
+        self.disc_weight = DISC_WEIGHT if config is None else config.model.disc_weight
 
     # === Model ===
     def refusal(self, tie: str, algorithm: str) -> str | None:
         """Why this objective cannot run with `config.model.tie` and
-        `config.train.algorithm` (a clause of a one-line error), or None."""
+        `config.train.algorithm` (a clause of a one-line error), or None (the default:
+        it runs with any)."""
         del tie, algorithm
         return None
 
@@ -50,7 +64,7 @@ class Objective:
         return None
 
     def make_head(self, model):
-        """The head on the main (discriminator-shaped) encoder of `model`."""
+        """Abstract: the head on the main (discriminator-shaped) encoder of `model`."""
         raise NotImplementedError
 
     def forward(self, model, batch, uniform, training, dropout_seed, replica,
@@ -61,12 +75,12 @@ class Objective:
 
     # === Loss ===
     def loss(self, outputs, batch, num_masked=None, num_tokens=None):
-        """(total loss, values): the scalars of `loss_names` and the per-token losses
-        `metric_inputs` reads. The normalizers default to this batch's counts."""
+        """Abstract: (total loss, values): the scalars of `loss_names` and the per-token
+        losses `metric_inputs` reads. The normalizers default to this batch's counts."""
         raise NotImplementedError
 
     def total(self, values):
-        """The total loss from the scalar losses (tensors or floats)."""
+        """Abstract: the total loss from the scalar losses (tensors or floats)."""
         raise NotImplementedError
 
     def compact(self, outputs) -> dict:
@@ -82,28 +96,33 @@ class Objective:
 
     # === Metrics ===
     def metric_inputs(self, batch, outputs, values) -> dict:
-        """{metric: (values, weights)} of the token-weighted means, for one batch."""
+        """Abstract: {metric: (values, weights)} of the token-weighted means, for one
+        batch."""
         raise NotImplementedError
 
     def detection(self, batch, outputs):
-        """(labels, probability, weights) for precision/recall/AUC (`detects` only)."""
+        """Abstract where `detects`: (labels, probability, weights) for
+        precision/recall/AUC."""
         raise NotImplementedError
 
     # === Serving, FLOPs ===
     def serve(self, model, sequence, input_mask) -> dict:
-        """The head's serving outputs for the main encoder's `sequence` [B, S, H]."""
+        """Abstract: the head's serving outputs for the main encoder's `sequence`
+        [B, S, H]."""
         raise NotImplementedError
 
     def token_scores(self, model, sequence):
-        """How well each token fits its context, [B, S] float32, read from one pass of
-        the main encoder (`sequence` [B, S, H]) (`scores` only); a text's score is their
-        sum over its tokens but [CLS] and [SEP] (`candidates`; the `score` signature)."""
+        """Abstract where `scores`: how well each token fits its context, [B, S] float32,
+        read from one pass of the main encoder (`sequence` [B, S, H]); a text's score is
+        their sum over its tokens but [CLS] and [SEP] (`candidates`; the `score`
+        signature)."""
         raise NotImplementedError
 
     def training_flops(self, shape, seq_len: int, num_predictions: int,
                        vocab_size: int, frozen_generator: bool = False) -> int:
-        """Forward + backward (3 × forward) FLOPs per sequence (`model/flops.py`); a
-        frozen generator's forward only (`generator_training_flops`)."""
+        """Abstract: forward + backward (3 × forward) FLOPs per sequence
+        (`model/flops.py`); a frozen generator's forward only
+        (`generator_training_flops`)."""
         raise NotImplementedError
 
 

@@ -79,7 +79,7 @@ def require_discriminator(config, why: str) -> None:
     discriminator (electra, electra_15), which the algorithm named in `config` needs
     (`why`: what it does with them)."""
     objective = model_config.objective_name(config)
-    if not objectives.get(objective).detects:
+    if not objectives.OBJECTIVES.get(objective).detects:
         raise errors.UserError(
             f"config.model.objective={objective!r}: config.train.algorithm="
             f"{config.train.algorithm!r} {why}: use electra or electra_15")
