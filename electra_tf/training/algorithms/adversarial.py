@@ -56,10 +56,10 @@ from electra_tf import errors
 from electra_tf import model_config
 from electra_tf.model import losses
 from electra_tf.model import sampling
-from electra_tf.training.algorithms import joint
+from electra_tf.training.algorithms import base
 
 
-class Adversarial(joint.Joint):
+class Adversarial(base.Algorithm):
     """The generator by the policy gradient of the discriminator's loss; the
     discriminator by its RTD loss; a learned baseline by regression to the reward."""
 
@@ -68,8 +68,8 @@ class Adversarial(joint.Joint):
 
     def __init__(self, config):
         super().__init__(config)
-        joint.require_discriminator(config, "rewards the generator by the "
-                                    "discriminator's loss")
+        base.require_discriminator(config, "rewards the generator by the "
+                                   "discriminator's loss")
         tie = model_config.shape(config).tie
         if tie == "all":
             raise errors.UserError(
@@ -90,10 +90,6 @@ class Adversarial(joint.Joint):
 
     def layers(self):
         return [self.baseline]
-
-    def variables(self, model, stage):
-        del stage
-        return model.trainable_variables + self.baseline.trainable_variables
 
     def loss(self, objective, loss, values, stage, outputs, batch, num_masked):
         del loss, stage

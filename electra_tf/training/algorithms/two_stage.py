@@ -35,10 +35,10 @@ from absl import logging
 from electra_tf import errors
 from electra_tf import model_config
 from electra_tf.training import optimizer as optimizer_lib
-from electra_tf.training.algorithms import joint
+from electra_tf.training.algorithms import base
 
 
-class TwoStage(joint.Joint):
+class TwoStage(base.Algorithm):
     """The generator alone, then the discriminator alone from the generator's weights."""
 
     name = "two_stage"
@@ -53,8 +53,8 @@ class TwoStage(joint.Joint):
         self.halves = not steps
         if self.halves:
             steps = max(config.train.steps // 2, 1)
-        joint.require_discriminator(config, "trains ELECTRA's generator, then its "
-                                    "discriminator")
+        base.require_discriminator(config, "trains ELECTRA's generator, then its "
+                                   "discriminator")
         shape = model_config.shape(config)
         if shape.tie != "none":
             raise errors.UserError(
