@@ -197,4 +197,4 @@ def test_conversion_takes_electra_runs_only(tmp_path):
         json.dump(model_config.resolve(config).to_dict(), f)
     with pytest.raises(errors.UserError, match=r"config.model.objective='mlm' has no "
                        "replaced-token head"):
-        convert.workdir.read(str(tmp_path))
+        convert.workdir.ElectraTF().read(str(tmp_path))

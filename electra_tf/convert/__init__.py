@@ -1,8 +1,8 @@
 """Checkpoint interchange: the original (TF1) ELECTRA, Hugging Face, keras-hub and ours.
 
 Every conversion goes through one table (`table.Weights`: TF1 name → array, plus the
-`ModelSpec` they imply). Each format is one module with the same small interface,
-chosen by name in `FORMATS`:
+`ModelSpec` they imply). Each format is a `formats.Format` subclass with the same small
+interface, registered by name in `FORMATS`:
 
     tf1 checkpoint ──┐                                   ┌─► electra_tf workdir (ckpt-0)
     HF directories ──┼─► Weights: {TF1 name: array} ────┼─► HF directories
@@ -13,25 +13,33 @@ chosen by name in `FORMATS`:
     write(weights, output, vocab_file=None, **options) → what it wrote (the formats
         written; options: hf `lower_case`, electra_tf `config`)
 
-A new format is a new module and a line in `FORMATS`.
+    tf1.py TF1, hf.py HuggingFace, workdir.py ElectraTF (name electra_tf), keras_hub.py
+    KerasHub (written only); files.py: what the writers share; table.py: the table.
+
+A new format is a module with a `Format` subclass and a line in `FORMATS`.
 
 >>> FORMATS_IN, FORMATS_OUT
 (('tf1', 'hf', 'electra_tf'), ('electra_tf', 'hf', 'keras_hub', 'tf1'))
+>>> read("onnx", "model.onnx")
+Traceback (most recent call last):
+...
+electra_tf.convert.table.ConversionError: --from=onnx: choose one of tf1, hf, electra_tf
 """
 
 import tensorflow as tf
 
+from electra_tf import registry
 from electra_tf.convert import hf
 from electra_tf.convert import keras_hub
 from electra_tf.convert import table
 from electra_tf.convert import tf1
 from electra_tf.convert import workdir
 
-FORMATS = {"tf1": tf1, "hf": hf, "electra_tf": workdir, "keras_hub": keras_hub}
+FORMATS = registry.Registry("--from/--to", [tf1.TF1, hf.HuggingFace, workdir.ElectraTF,
+                                            keras_hub.KerasHub], error=table.ConversionError)
 # In the order the tool's --from and --to list them.
-FORMATS_IN = tuple(name for name, module in FORMATS.items() if hasattr(module, "read"))
-FORMATS_OUT = tuple(sorted(name for name, module in FORMATS.items()
-                           if hasattr(module, "write")))
+FORMATS_IN = tuple(name for name, member in FORMATS.items() if member.reads)
+FORMATS_OUT = tuple(sorted(name for name, member in FORMATS.items() if member.writes))
 
 
 def read(fmt: str, path: str, num_heads: int | None = None,
@@ -43,7 +51,7 @@ def read(fmt: str, path: str, num_heads: int | None = None,
         raise table.ConversionError(f"--from={fmt}: choose one of {', '.join(FORMATS_IN)}")
     if not tf.io.gfile.exists(path) and not tf.io.gfile.exists(path + ".index"):
         raise table.ConversionError(f"{path}: not found")
-    return FORMATS[fmt].read(path, num_heads, generator_num_heads)
+    return FORMATS.create(fmt).read(path, num_heads, generator_num_heads)
 
 
 def write(fmt: str, weights: table.Weights, output: str, vocab_file: str | None = None,
@@ -52,4 +60,4 @@ def write(fmt: str, weights: table.Weights, output: str, vocab_file: str | None 
     FORMATS_OUT); returns what the format's `write` returns (a path, or paths)."""
     if fmt not in FORMATS_OUT:
         raise table.ConversionError(f"--to={fmt}: choose one of {', '.join(FORMATS_OUT)}")
-    return FORMATS[fmt].write(weights, output, vocab_file, **options)
+    return FORMATS.create(fmt).write(weights, output, vocab_file, **options)

@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf.convert import files
+from electra_tf.convert import formats
 from electra_tf.convert import table
 from electra_tf.model import sizes
 from electra_tf.text import tokenizer as tokenizer_lib
@@ -106,36 +107,6 @@ def _tokenizer_config(spec: table.ModelSpec, lower_case: bool) -> dict:
     }
 
 
-def write(weights: table.Weights, output: str, vocab_file: str | None = None,
-          lower_case: bool = True) -> list[str]:
-    """`output/discriminator/` (ElectraForPreTraining) and, with a generator,
-    `output/generator/` (ElectraForMaskedLM): config.json, model.safetensors, and with a
-    vocab, vocab.txt and tokenizer_config.json (`lower_case`: the data's normalisation)."""
-    from safetensors import numpy as safetensors_np  # pylint: disable=g-import-not-at-top
-    spec = weights.spec
-    parts = ["discriminator"] + (["generator"] if spec.generator is not None else [])
-    pad_id = tokenizer_lib.Vocab.load(vocab_file).pad_id if vocab_file else 0
-    with files.new_directory(output) as tmp:
-        for part in parts:
-            directory = os.path.join(tmp, part)
-            os.makedirs(directory)
-            arrays = {}
-            for name, array in weights.tensors.items():
-                if part in _part(name, spec.tie):
-                    key, transpose = hf_name(name)
-                    arrays[key] = np.ascontiguousarray(array.T if transpose else array)
-            # transformers refuses safetensors files without format metadata.
-            safetensors_np.save_file(arrays, os.path.join(directory, WEIGHTS_FILE),
-                                     metadata={"format": "pt"})
-            files.write_json(_config(spec, part, pad_id),
-                             os.path.join(directory, "config.json"))
-            if vocab_file:
-                files.copy_vocab(vocab_file, spec, directory)
-                files.write_json(_tokenizer_config(spec, lower_case),
-                                 os.path.join(directory, "tokenizer_config.json"))
-    return [os.path.join(output, part) for part in parts]
-
-
 def _directories(path: str) -> dict[str, str]:
     """{"discriminator": dir[, "generator": dir]}: `path` holds both (as `write` writes
     them), or is one ElectraForPreTraining directory."""
@@ -198,70 +169,104 @@ def _tie(loaded: dict, discriminator, generator) -> str:
     return "embeddings"
 
 
-def read(path: str, num_heads: int | None = None,
-         generator_num_heads: int | None = None) -> table.Weights:
-    """Hugging Face ELECTRA of any shape: `path/discriminator` (+ `path/generator`) or
-    one ElectraForPreTraining directory; config.json and model.safetensors in each."""
-    del num_heads, generator_num_heads  # config.json says
-    directories = _directories(path)
-    configs = {part: _read_config(d) for part, d in directories.items()}
-    disc = configs["discriminator"]
-    source = os.path.join(directories["discriminator"], "config.json")
-    if "ElectraForMaskedLM" in disc.get("architectures", []):
-        raise table.ConversionError(f"{source}: an ElectraForMaskedLM (a generator); give "
-                                    "the directory holding discriminator/ and generator/")
-    discriminator = _size(disc)
-    positions = disc.get("max_position_embeddings", 512)
-    loaded = {part: _load(d) for part, d in directories.items()}
-    if "generator" in configs:
-        gen = configs["generator"]
-        gen_source = os.path.join(directories["generator"], "config.json")
-        for key in ("vocab_size", "max_position_embeddings"):
-            if gen.get(key) != disc.get(key):
-                raise table.ConversionError(f"{gen_source}: {key} is {gen.get(key)}, the "
-                                            f"discriminator's {disc.get(key)}; ours needs "
-                                            "one")
-        generator = _size(gen)
-        tie = _tie(loaded, discriminator, generator)
-    else:
-        tie, generator = "embeddings", table.fresh_generator(discriminator)
-    spec = table.ModelSpec(disc["vocab_size"],
-                           table.model_shape(source, discriminator, generator, positions,
-                                             tie),
-                           has_generator="generator" in configs)
-    used = {part: set() for part in loaded}
+class HuggingFace(formats.Format):
+    """Hugging Face ELECTRA directories (transformers' safetensors and config.json)."""
 
-    def tensor(name, shape):
-        key, transpose = hf_name(name)
-        part = _part(name, tie)[0]
-        if part not in loaded:
-            raise table.ConversionError(f"{path}: no generator/ directory (needed for "
-                                        f"{key})")
-        file, arrays = loaded[part]
-        if key not in arrays:
-            raise table.ConversionError(f"{file}: no tensor {key} (TF1 {name})")
-        table.check_shape(file, key, arrays[key].shape, shape[::-1] if transpose else shape)
-        for holder in _part(name, tie):
-            used.get(holder, set()).add(key)
-        return np.asarray(arrays[key].T if transpose else arrays[key], "float32")
+    name = "hf"
 
-    tensors = {slot.name: tensor(slot.name, slot.shape)
-               for slot in table.expected_slots(spec)}
-    if "generator" in loaded:
-        file, arrays = loaded["generator"]
-        output = arrays.get("generator_lm_head.weight")
-        words = tensors["generator/embeddings/word_embeddings" if tie == "none"
-                        else "electra/embeddings/word_embeddings"]
-        if output is not None and not np.array_equal(output, words):
-            raise table.ConversionError(f"{file}: generator_lm_head.weight differs from the "
-                                        "word embeddings; ours projects with the word "
-                                        "embeddings")
-    ignored = tuple(sorted(f"{part}/{key}" for part, (_, arrays) in loaded.items()
-                           for key in arrays
-                           if key not in used[part] and key not in _NOT_WEIGHTS))
-    vocab = os.path.join(directories["discriminator"], "vocab.txt")
-    return table.Weights(spec, tensors, path, vocab if os.path.exists(vocab) else None,
-                         ignored, lower_case=_lower_case(directories["discriminator"]))
+    def read(self, path: str, num_heads: int | None = None,
+             generator_num_heads: int | None = None) -> table.Weights:
+        """Hugging Face ELECTRA of any shape: `path/discriminator` (+ `path/generator`) or
+        one ElectraForPreTraining directory; config.json and model.safetensors in each."""
+        del num_heads, generator_num_heads  # config.json says
+        directories = _directories(path)
+        configs = {part: _read_config(d) for part, d in directories.items()}
+        disc = configs["discriminator"]
+        source = os.path.join(directories["discriminator"], "config.json")
+        if "ElectraForMaskedLM" in disc.get("architectures", []):
+            raise table.ConversionError(f"{source}: an ElectraForMaskedLM (a generator); give "
+                                        "the directory holding discriminator/ and generator/")
+        discriminator = _size(disc)
+        positions = disc.get("max_position_embeddings", 512)
+        loaded = {part: _load(d) for part, d in directories.items()}
+        if "generator" in configs:
+            gen = configs["generator"]
+            gen_source = os.path.join(directories["generator"], "config.json")
+            for key in ("vocab_size", "max_position_embeddings"):
+                if gen.get(key) != disc.get(key):
+                    raise table.ConversionError(f"{gen_source}: {key} is {gen.get(key)}, the "
+                                                f"discriminator's {disc.get(key)}; ours needs "
+                                                "one")
+            generator = _size(gen)
+            tie = _tie(loaded, discriminator, generator)
+        else:
+            tie, generator = "embeddings", table.fresh_generator(discriminator)
+        spec = table.ModelSpec(disc["vocab_size"],
+                               table.model_shape(source, discriminator, generator, positions,
+                                                 tie),
+                               has_generator="generator" in configs)
+        used = {part: set() for part in loaded}
+
+        def tensor(name, shape):
+            key, transpose = hf_name(name)
+            part = _part(name, tie)[0]
+            if part not in loaded:
+                raise table.ConversionError(f"{path}: no generator/ directory (needed for "
+                                            f"{key})")
+            file, arrays = loaded[part]
+            if key not in arrays:
+                raise table.ConversionError(f"{file}: no tensor {key} (TF1 {name})")
+            table.check_shape(file, key, arrays[key].shape, shape[::-1] if transpose else shape)
+            for holder in _part(name, tie):
+                used.get(holder, set()).add(key)
+            return np.asarray(arrays[key].T if transpose else arrays[key], "float32")
+
+        tensors = {slot.name: tensor(slot.name, slot.shape)
+                   for slot in table.expected_slots(spec)}
+        if "generator" in loaded:
+            file, arrays = loaded["generator"]
+            output = arrays.get("generator_lm_head.weight")
+            words = tensors["generator/embeddings/word_embeddings" if tie == "none"
+                            else "electra/embeddings/word_embeddings"]
+            if output is not None and not np.array_equal(output, words):
+                raise table.ConversionError(f"{file}: generator_lm_head.weight differs from the "
+                                            "word embeddings; ours projects with the word "
+                                            "embeddings")
+        ignored = tuple(sorted(f"{part}/{key}" for part, (_, arrays) in loaded.items()
+                               for key in arrays
+                               if key not in used[part] and key not in _NOT_WEIGHTS))
+        vocab = os.path.join(directories["discriminator"], "vocab.txt")
+        return table.Weights(spec, tensors, path, vocab if os.path.exists(vocab) else None,
+                             ignored, lower_case=_lower_case(directories["discriminator"]))
+
+    def write(self, weights: table.Weights, output: str, vocab_file: str | None = None,
+              lower_case: bool = True) -> list[str]:
+        """`output/discriminator/` (ElectraForPreTraining) and, with a generator,
+        `output/generator/` (ElectraForMaskedLM): config.json, model.safetensors, and with a
+        vocab, vocab.txt and tokenizer_config.json (`lower_case`: the data's normalisation)."""
+        from safetensors import numpy as safetensors_np  # pylint: disable=g-import-not-at-top
+        spec = weights.spec
+        parts = ["discriminator"] + (["generator"] if spec.generator is not None else [])
+        pad_id = tokenizer_lib.Vocab.load(vocab_file).pad_id if vocab_file else 0
+        with files.new_directory(output) as tmp:
+            for part in parts:
+                directory = os.path.join(tmp, part)
+                os.makedirs(directory)
+                arrays = {}
+                for name, array in weights.tensors.items():
+                    if part in _part(name, spec.tie):
+                        key, transpose = hf_name(name)
+                        arrays[key] = np.ascontiguousarray(array.T if transpose else array)
+                # transformers refuses safetensors files without format metadata.
+                safetensors_np.save_file(arrays, os.path.join(directory, WEIGHTS_FILE),
+                                         metadata={"format": "pt"})
+                files.write_json(_config(spec, part, pad_id),
+                                 os.path.join(directory, "config.json"))
+                if vocab_file:
+                    files.copy_vocab(vocab_file, spec, directory)
+                    files.write_json(_tokenizer_config(spec, lower_case),
+                                     os.path.join(directory, "tokenizer_config.json"))
+        return [os.path.join(output, part) for part in parts]
 
 
 def _lower_case(directory: str) -> bool | None:

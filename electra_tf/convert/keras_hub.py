@@ -8,6 +8,7 @@ import keras_hub
 import numpy as np
 
 from electra_tf.convert import files
+from electra_tf.convert import formats
 from electra_tf.convert import table
 
 
@@ -27,11 +28,16 @@ def to_backbone(weights: table.Weights) -> keras_hub.models.ElectraBackbone:
     return backbone
 
 
-def write(weights: table.Weights, output: str, vocab_file: str | None = None) -> str:
-    """A keras-hub preset directory: `ElectraBackbone.from_preset(output)` loads it. The
-    preset holds the backbone alone (keras-hub keeps tokenizers apart): no vocab."""
-    del vocab_file
-    backbone = to_backbone(weights)
-    with files.new_directory(output) as tmp:
-        backbone.save_to_preset(tmp)
-    return output
+class KerasHub(formats.Format):
+    """keras-hub presets of the discriminator (written only)."""
+
+    name = "keras_hub"
+
+    def write(self, weights: table.Weights, output: str, vocab_file: str | None = None) -> str:
+        """A keras-hub preset directory: `ElectraBackbone.from_preset(output)` loads it. The
+        preset holds the backbone alone (keras-hub keeps tokenizers apart): no vocab."""
+        del vocab_file
+        backbone = to_backbone(weights)
+        with files.new_directory(output) as tmp:
+            backbone.save_to_preset(tmp)
+        return output

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from electra_tf import compat
 from electra_tf.convert import files
+from electra_tf.convert import formats
 from electra_tf.convert import table
 from electra_tf.model import sizes
 
@@ -68,65 +69,69 @@ def _encoder_dims(shapes, scope, source):
     return hidden, layers, shapes[intermediate_name][-1]
 
 
-def read(path: str, num_heads: int | None = None,
-         generator_num_heads: int | None = None) -> table.Weights:
-    """The original ELECTRA's pre-training checkpoint (`electra/`, `generator/`,
-    `*_predictions/`) of any shape; optimizer slots and `global_step` are ignored."""
-    prefix = _prefix(path)
-    reader = tf.train.load_checkpoint(prefix)
-    shapes = reader.get_variable_to_shape_map()
-    word = "electra/embeddings/word_embeddings"
-    if word not in shapes:
-        raise table.ConversionError(f"{prefix}: no tensor {word}; not an ELECTRA "
-                                    "checkpoint")
-    vocab_size, embedding = shapes[word]
-    positions = shapes.get("electra/embeddings/position_embeddings", [512])[0]
-    notes = []
-    discriminator = _discriminator_from_dims(*_encoder_dims(shapes, "electra", prefix),
-                                             embedding, num_heads, notes)
-    has_generator = "generator_predictions/output_bias" in shapes
-    if "generator/encoder/layer_0/attention/self/query/kernel" in shapes:
-        hidden, layers, intermediate = _encoder_dims(shapes, "generator", prefix)
-        untied = shapes.get("generator/embeddings/word_embeddings")
-        tie = "none" if untied else "embeddings"
-        heads = generator_num_heads or (discriminator.num_heads
-                                        if hidden == discriminator.hidden_size
-                                        else sizes.heads_for(hidden))
-        if not generator_num_heads:
-            notes.append(f"generator: {heads} attention heads assumed (" + (
-                "the discriminator's, at its width" if hidden == discriminator.hidden_size
-                else f"hidden {hidden} / 64, the original's rule") + "; no tensor holds the "
-                "number): give --generator_num_heads if not")
-        generator = sizes.EncoderSize(hidden, layers, heads, intermediate,
-                                      untied[1] if untied else embedding)
-    elif has_generator:  # generator_predictions/ alone: the original's tied generator
-        tie, generator = "all", discriminator
-    else:
-        tie, generator = "embeddings", table.fresh_generator(discriminator)
-    spec = table.ModelSpec(
-        vocab_size, table.model_shape(prefix, discriminator, generator, positions, tie),
-        has_generator)
+class TF1(formats.Format):
+    """The original ELECTRA's TF1 pre-training checkpoints."""
 
-    def tensor(name, shape):
-        if name not in shapes:
-            raise table.ConversionError(f"{prefix}: no tensor {name}")
-        table.check_shape(prefix, name, shapes[name], shape)
-        return np.asarray(reader.get_tensor(name), "float32")
+    name = "tf1"
 
-    tensors = {slot.name: tensor(slot.name, slot.shape)
-               for slot in table.expected_slots(spec)}
-    vocab = os.path.join(os.path.dirname(prefix), "vocab.txt")
-    return table.Weights(spec, tensors, prefix, vocab if tf.io.gfile.exists(vocab) else None,
-                         tuple(sorted(set(shapes) - set(tensors))), notes=tuple(notes))
+    def read(self, path: str, num_heads: int | None = None,
+             generator_num_heads: int | None = None) -> table.Weights:
+        """The original ELECTRA's pre-training checkpoint (`electra/`, `generator/`,
+        `*_predictions/`) of any shape; optimizer slots and `global_step` are ignored."""
+        prefix = _prefix(path)
+        reader = tf.train.load_checkpoint(prefix)
+        shapes = reader.get_variable_to_shape_map()
+        word = "electra/embeddings/word_embeddings"
+        if word not in shapes:
+            raise table.ConversionError(f"{prefix}: no tensor {word}; not an ELECTRA "
+                                        "checkpoint")
+        vocab_size, embedding = shapes[word]
+        positions = shapes.get("electra/embeddings/position_embeddings", [512])[0]
+        notes = []
+        discriminator = _discriminator_from_dims(*_encoder_dims(shapes, "electra", prefix),
+                                                 embedding, num_heads, notes)
+        has_generator = "generator_predictions/output_bias" in shapes
+        if "generator/encoder/layer_0/attention/self/query/kernel" in shapes:
+            hidden, layers, intermediate = _encoder_dims(shapes, "generator", prefix)
+            untied = shapes.get("generator/embeddings/word_embeddings")
+            tie = "none" if untied else "embeddings"
+            heads = generator_num_heads or (discriminator.num_heads
+                                            if hidden == discriminator.hidden_size
+                                            else sizes.heads_for(hidden))
+            if not generator_num_heads:
+                notes.append(f"generator: {heads} attention heads assumed (" + (
+                    "the discriminator's, at its width" if hidden == discriminator.hidden_size
+                    else f"hidden {hidden} / 64, the original's rule") + "; no tensor holds the "
+                    "number): give --generator_num_heads if not")
+            generator = sizes.EncoderSize(hidden, layers, heads, intermediate,
+                                          untied[1] if untied else embedding)
+        elif has_generator:  # generator_predictions/ alone: the original's tied generator
+            tie, generator = "all", discriminator
+        else:
+            tie, generator = "embeddings", table.fresh_generator(discriminator)
+        spec = table.ModelSpec(
+            vocab_size, table.model_shape(prefix, discriminator, generator, positions, tie),
+            has_generator)
 
+        def tensor(name, shape):
+            if name not in shapes:
+                raise table.ConversionError(f"{prefix}: no tensor {name}")
+            table.check_shape(prefix, name, shapes[name], shape)
+            return np.asarray(reader.get_tensor(name), "float32")
 
-def write(weights: table.Weights, output: str, vocab_file: str | None = None) -> str:
-    """`output/model.ckpt` with the original's names (readable by its run_finetuning.py
-    and by `read`), and vocab.txt. Returns the checkpoint prefix."""
-    with files.new_directory(output) as tmp:
-        # TF1's Saver writes this format: a tensor bundle keyed by variable name.
-        compat.save_tensor_bundle(os.path.join(tmp, "model.ckpt"), weights.tensors)
-        with tf.io.gfile.GFile(os.path.join(tmp, "checkpoint"), "w") as f:
-            f.write('model_checkpoint_path: "model.ckpt"\n')  # for tf.train.latest_checkpoint
-        files.copy_vocab(vocab_file, weights.spec, tmp)
-    return os.path.join(output, "model.ckpt")
+        tensors = {slot.name: tensor(slot.name, slot.shape)
+                   for slot in table.expected_slots(spec)}
+        vocab = os.path.join(os.path.dirname(prefix), "vocab.txt")
+        return table.Weights(spec, tensors, prefix, vocab if tf.io.gfile.exists(vocab) else None,
+                             tuple(sorted(set(shapes) - set(tensors))), notes=tuple(notes))
+
+    def write(self, weights: table.Weights, output: str, vocab_file: str | None = None) -> str:
+        """`output/model.ckpt` with the original's names (readable by its run_finetuning.py
+        and by `read`), and vocab.txt. Returns the checkpoint prefix."""
+        with files.new_directory(output) as tmp:
+            # TF1's Saver writes this format: a tensor bundle keyed by variable name.
+            compat.save_tensor_bundle(os.path.join(tmp, "model.ckpt"), weights.tensors)
+            with tf.io.gfile.GFile(os.path.join(tmp, "checkpoint"), "w") as f:
+                f.write('model_checkpoint_path: "model.ckpt"\n')  # for tf.train.latest_checkpoint
+            files.copy_vocab(vocab_file, weights.spec, tmp)
+        return os.path.join(output, "model.ckpt")

@@ -15,7 +15,7 @@ def original(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def weights(original):
-    return tf1.read(original["dir"])
+    return tf1.TF1().read(original["dir"])
 
 
 @pytest.fixture(scope="session")

@@ -146,8 +146,8 @@ def write_converted(directory) -> dict:
     from electra_tf.convert import workdir  # pylint: disable=g-import-not-at-top
     original = write_original(os.path.join(str(directory), "tf1"))
     run = os.path.join(str(directory), "run")
-    workdir.write(tf1.read(original["dir"]), run, original["vocab"].path,
-                  config=load_config("tiny").to_dict())
+    workdir.ElectraTF().write(tf1.TF1().read(original["dir"]), run, original["vocab"].path,
+                              config=load_config("tiny").to_dict())
     return {**original, "run": run}
 
 

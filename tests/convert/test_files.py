@@ -13,11 +13,11 @@ from tests import helpers
 
 def test_outputs_are_checked(original, weights, tmp_path):
     with pytest.raises(table.ConversionError, match="exists and is not empty"):
-        hf.write(weights, original["dir"])
+        hf.HuggingFace().write(weights, original["dir"])
     other = helpers.write_vocab(str(tmp_path), words=["only", "three", "words"])
     with pytest.raises(table.ConversionError, match=r"vocab.txt: 12 tokens, but the "
                        r"checkpoint's embeddings have 32 rows"):
-        hf.write(weights, str(tmp_path / "hf"), other.path)
+        hf.HuggingFace().write(weights, str(tmp_path / "hf"), other.path)
     assert os.listdir(tmp_path) == ["vocab.txt"]  # no hf, no .hf.tmp
 
 

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from electra_tf import convert
+from electra_tf.convert import formats
 from electra_tf.convert import hf
 from electra_tf.convert import table
 from electra_tf.convert import tf1
@@ -26,7 +27,7 @@ def shaped(request, tmp_path_factory):
                                         generator=name != "alone", junk=())
     # The custom shape's 3 heads are in no tensor: said, as the tool's --num_heads does.
     heads = 3 if shape.discriminator == originals.CUSTOM else None
-    return name, original, tf1.read(original["dir"], num_heads=heads)
+    return name, original, tf1.TF1().read(original["dir"], num_heads=heads)
 
 
 def test_any_shape_reads_and_round_trips_exactly(shaped, tmp_path):
@@ -41,25 +42,25 @@ def test_any_shape_reads_and_round_trips_exactly(shaped, tmp_path):
     assert weights.spec == expected
     originals.assert_same_tensors(weights.tensors, original["tensors"])
 
-    prefix = tf1.write(weights, str(tmp_path / "tf1"), vocab.path)
-    again = tf1.read(prefix, num_heads=expected.discriminator.num_heads)
+    prefix = tf1.TF1().write(weights, str(tmp_path / "tf1"), vocab.path)
+    again = tf1.TF1().read(prefix, num_heads=expected.discriminator.num_heads)
     assert again.spec == expected
     originals.assert_same_tensors(again.tensors, original["tensors"])
 
-    hf.write(weights, str(tmp_path / "hf"), vocab.path)
+    hf.HuggingFace().write(weights, str(tmp_path / "hf"), vocab.path)
     disc = json.load(open(tmp_path / "hf" / "discriminator" / "config.json"))
     assert (disc["max_position_embeddings"], disc["num_attention_heads"]) == (
         expected.shape.max_positions, expected.discriminator.num_heads)
     assert os.path.exists(tmp_path / "hf" / "generator") == expected.has_generator
-    again = hf.read(str(tmp_path / "hf"))  # the sharing read off the tensors
+    again = hf.HuggingFace().read(str(tmp_path / "hf"))  # the sharing read off the tensors
     assert again.spec == expected and again.ignored == ()
     originals.assert_same_tensors(again.tensors, original["tensors"])
 
-    workdir.write(weights, str(tmp_path / "run"), vocab.path,
-                  config=originals.load_config("small").to_dict())
+    workdir.ElectraTF().write(weights, str(tmp_path / "run"), vocab.path,
+                              config=originals.load_config("small").to_dict())
     config = json.load(open(tmp_path / "run" / "config.json"))
     assert config["data"]["max_seq_length"] <= expected.shape.max_positions
-    again = workdir.read(str(tmp_path / "run"))
+    again = workdir.ElectraTF().read(str(tmp_path / "run"))
     assert again.spec == expected
     originals.assert_same_tensors(again.tensors, original["tensors"])
 
@@ -82,7 +83,8 @@ def test_tool_converts_and_refuses_in_one_line(original, tmp_path):
                    f"--output={tmp_path}/hf")
     assert result.returncode == 0, result.stderr
     assert os.path.exists(tmp_path / "hf" / "generator" / "vocab.txt")  # the run's vocab
-    originals.assert_same_tensors(hf.read(str(tmp_path / "hf")).tensors, original["tensors"])
+    originals.assert_same_tensors(hf.HuggingFace().read(str(tmp_path / "hf")).tensors,
+                                  original["tensors"])
 
     result = _tool("--from=tf1", "--to=keras_hub", f"--input={original['dir']}",
                    f"--output={tmp_path}/preset", "--num_heads=3")
@@ -95,8 +97,10 @@ def test_tool_converts_and_refuses_in_one_line(original, tmp_path):
 
 
 def test_formats_are_chosen_by_name(weights, tmp_path):
-    assert all(hasattr(convert.FORMATS[name], "read") for name in convert.FORMATS_IN)
-    assert all(hasattr(convert.FORMATS[name], "write") for name in convert.FORMATS_OUT)
+    for name, member in convert.FORMATS.items():  # each a Format reading what it lists
+        assert issubclass(member, formats.Format) and member.name == name
+        assert (name in convert.FORMATS_IN) == member.reads
+        assert (name in convert.FORMATS_OUT) == member.writes
     with pytest.raises(table.ConversionError, match="--from=keras_hub: choose one of tf1, "
                        "hf, electra_tf$"):
         convert.read("keras_hub", str(tmp_path))

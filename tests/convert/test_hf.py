@@ -15,7 +15,7 @@ from tests.convert import originals
 
 def test_hf_round_trip_is_exact_with_hf_names(original, weights, tmp_path):
     out = str(tmp_path / "hf")
-    hf.write(weights, out, original["vocab"].path)
+    hf.HuggingFace().write(weights, out, original["vocab"].path)
     t = original["tensors"]
 
     disc = safetensors_np.load_file(os.path.join(out, "discriminator", "model.safetensors"))
@@ -48,11 +48,11 @@ def test_hf_round_trip_is_exact_with_hf_names(original, weights, tmp_path):
     tokenizer = json.load(open(os.path.join(out, "generator", "tokenizer_config.json")))
     assert (tokenizer["do_lower_case"], tokenizer["model_max_length"]) == (True, 512)
 
-    again = hf.read(out)
+    again = hf.HuggingFace().read(out)
     assert again.spec == weights.spec and again.ignored == ()
     originals.assert_same_tensors(again.tensors, weights.tensors)
 
-    alone = hf.read(os.path.join(out, "discriminator"))  # one ElectraForPreTraining
+    alone = hf.HuggingFace().read(os.path.join(out, "discriminator"))  # one ElectraForPreTraining
     assert alone.spec.generator is None
     originals.assert_same_tensors(alone.tensors, {
         k: v for k, v in weights.tensors.items()
@@ -69,7 +69,7 @@ def test_hf_round_trip_is_exact_with_hf_names(original, weights, tmp_path):
 ])
 def test_hf_missing_or_misshapen_tensor_is_named(weights, tmp_path, key, value, message):
     out = str(tmp_path / "hf")
-    hf.write(weights, out)
+    hf.HuggingFace().write(weights, out)
     path = os.path.join(out, "discriminator", "model.safetensors")
     arrays = safetensors_np.load_file(path)
     if value is None:
@@ -78,4 +78,4 @@ def test_hf_missing_or_misshapen_tensor_is_named(weights, tmp_path, key, value, 
         arrays[key] = value
     safetensors_np.save_file(arrays, path, metadata={"format": "pt"})
     with pytest.raises(table.ConversionError, match=message):
-        hf.read(out)
+        hf.HuggingFace().read(out)

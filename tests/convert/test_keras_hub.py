@@ -10,7 +10,7 @@ from electra_tf.convert import keras_hub as keras_hub_format
 
 def test_keras_hub_preset_matches_ours_but_for_tanh_gelu(weights, model, tmp_path):
     out = str(tmp_path / "preset")
-    keras_hub_format.write(weights, out)
+    keras_hub_format.KerasHub().write(weights, out)
     backbone = keras_hub.models.ElectraBackbone.from_preset(out)
     rng = np.random.default_rng(2)
     ids = rng.integers(5, weights.spec.vocab_size, (2, 16)).astype("int32")

@@ -63,7 +63,7 @@ def test_tf1_converted_model_computes_the_original(original, model):
 def test_any_shape_computes_the_original(name, tmp_path):
     shape = originals.SHAPES[name]
     original = originals.write_original(tmp_path, shape, junk=())
-    weights = tf1.read(original["dir"], num_heads=shape.discriminator.num_heads)
+    weights = tf1.TF1().read(original["dir"], num_heads=shape.discriminator.num_heads)
     model = table.build_pretrainer(weights.spec)
     table.load_into(table.pretrainer_slots(model), weights)
     t = original["tensors"]

@@ -13,9 +13,9 @@ from tests.convert import originals
 
 
 def test_tf1_round_trip_is_exact(original, weights, tmp_path):
-    prefix = tf1.write(weights, str(tmp_path / "out"), original["vocab"].path)
+    prefix = tf1.TF1().write(weights, str(tmp_path / "out"), original["vocab"].path)
     assert sorted(n for n, _ in tf.train.list_variables(prefix)) == sorted(original["tensors"])
-    again = tf1.read(str(tmp_path / "out"))  # the directory: its latest checkpoint
+    again = tf1.TF1().read(str(tmp_path / "out"))  # the directory: its latest checkpoint
     assert again.spec == weights.spec and again.ignored == ()
     originals.assert_same_tensors(again.tensors, weights.tensors)
 
@@ -40,4 +40,4 @@ def _rewrite_tf1(original, directory, change):
 def test_tf1_missing_or_misshapen_tensor_is_named(original, tmp_path, change, message):
     directory = _rewrite_tf1(original, str(tmp_path), change)
     with pytest.raises(table.ConversionError, match=message):
-        tf1.read(directory)
+        tf1.TF1().read(directory)

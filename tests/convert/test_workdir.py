@@ -15,8 +15,8 @@ from tests.convert import originals
 
 def test_electra_tf_workdir_round_trip_is_exact(original, weights, tmp_path):
     out = str(tmp_path / "run")
-    path = workdir.write(weights, out, original["vocab"].path,
-                         config=originals.load_config("tiny").to_dict())
+    path = workdir.ElectraTF().write(weights, out, original["vocab"].path,
+                                     config=originals.load_config("tiny").to_dict())
     assert path == os.path.join(out, "checkpoints", "ckpt-0")
     keys = [k for k, _ in tf.train.list_variables(path)]
     assert "step/.ATTRIBUTES/VARIABLE_VALUE" in keys
@@ -27,7 +27,7 @@ def test_electra_tf_workdir_round_trip_is_exact(original, weights, tmp_path):
     assert config["model"]["generator_hidden_fraction"] == 0.5
     assert (config["model"]["generator_hidden_size"], config["model"]["tie"]) == (
         32, "embeddings")  # the resolved shape, explicit
-    again = workdir.read(out)
+    again = workdir.ElectraTF().read(out)
     assert again.spec == weights.spec
     originals.assert_same_tensors(again.tensors, weights.tensors)
 
@@ -43,8 +43,8 @@ def test_electra_tf_workdir_round_trip_is_exact(original, weights, tmp_path):
 def test_converted_workdir_resumes_pretraining(original, weights, tmp_path):
     from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
     out = str(tmp_path / "run")
-    workdir.write(weights, out, original["vocab"].path,
-                  config=originals.load_config("tiny").to_dict())
+    workdir.ElectraTF().write(weights, out, original["vocab"].path,
+                              config=originals.load_config("tiny").to_dict())
     config = originals.load_config("tiny")
     config.data.train_files = helpers.make_data(str(tmp_path), original["vocab"])
     config.data.vocab_file = os.path.join(out, "vocab.txt")
@@ -56,7 +56,7 @@ def test_converted_workdir_resumes_pretraining(original, weights, tmp_path):
     config.runtime.strategy = "one_device"
     loop.train_and_evaluate(config, out)
     assert tf.train.latest_checkpoint(os.path.join(out, "checkpoints")).endswith("ckpt-1")
-    originals.assert_same_tensors(workdir.read(out).tensors, weights.tensors)
+    originals.assert_same_tensors(workdir.ElectraTF().read(out).tensors, weights.tensors)
 
 
 @pytest.mark.slow  # a minute: export, then a training step (compiles)
@@ -66,10 +66,10 @@ def test_a_discriminator_alone_exports_and_pretrains_with_a_fresh_generator(tmp_
     from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
     original = originals.write_original(tmp_path / "tf1", originals.SHAPES["custom"],
                                         generator=False, junk=())
-    weights = tf1.read(original["dir"], num_heads=3)
+    weights = tf1.TF1().read(original["dir"], num_heads=3)
     out = str(tmp_path / "run")
-    workdir.write(weights, out, original["vocab"].path,
-                  config=originals.load_config("small").to_dict())
+    workdir.ElectraTF().write(weights, out, original["vocab"].path,
+                              config=originals.load_config("small").to_dict())
     exported = export.export_run(out, str(tmp_path / "models" / "1"), max_seq_length=8)
     loaded = tf.saved_model.load(exported)
     assert loaded.signatures["serving_default"](text=tf.constant(["a b"]))[
@@ -87,9 +87,9 @@ def test_a_discriminator_alone_exports_and_pretrains_with_a_fresh_generator(tmp_
         loop.train_and_evaluate(config, out)
     assert any("generator starts from fresh weights" in r.getMessage() for r in caplog.records)
     # Once pre-trained, the workdir holds a real generator: it converts with it.
-    assert workdir.read(out).spec.has_generator
-    assert not workdir.read(os.path.join(out, "checkpoints", "ckpt-0")
-                            ).spec.has_generator  # but ckpt-0's is still fresh
+    assert workdir.ElectraTF().read(out).spec.has_generator
+    assert not workdir.ElectraTF().read(os.path.join(out, "checkpoints", "ckpt-0")
+                                        ).spec.has_generator  # but ckpt-0's is still fresh
 
     # And it fine-tunes (the discriminator only), as a pre-trained run does.
     from electra_tf.finetuning import loop as finetuning  # pylint: disable=g-import-not-at-top

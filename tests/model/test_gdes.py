@@ -59,7 +59,7 @@ def test_export_and_conversion_see_the_summed_table(tmp_path):
     with open(tmp_path / "config.json", "w") as f:
         json.dump(model_config.resolve(config).to_dict(), f)
 
-    weights = convert.workdir.read(str(tmp_path))
+    weights = convert.workdir.ElectraTF().read(str(tmp_path))
     assert weights.spec.shape.tie == "none"
     summed = (model.embeddings.token_embedding.embeddings + delta).numpy()
     np.testing.assert_allclose(weights.tensors["electra/embeddings/word_embeddings"], summed)

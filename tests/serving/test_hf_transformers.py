@@ -154,7 +154,7 @@ def test_a_transformers_generator_pair_converts_with_its_sharing(tie, hf, tmp_pa
         generator.tie_weights()
     generator.save_pretrained(str(root / "generator"))
 
-    weights = convert.hf.read(str(root))
+    weights = convert.hf.HuggingFace().read(str(root))
     assert weights.spec.tie == tie and weights.spec.has_generator
     assert weights.spec.generator.embedding_size == config.embedding_size
     model = convert.table.build_pretrainer(weights.spec)
