@@ -30,6 +30,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from electra_tf.finetuning import tfds as tfds_lib
 from electra_tf.finetuning.glue import specs
 
 # ---------------------------------------------------------------------------- labels
@@ -287,24 +288,12 @@ def _find(spec: specs.TaskSpec, name: str, data_dir: str) -> str:
 
 def _tfds_builder(spec: specs.TaskSpec, split: str, data_dir: str | None):
     """(builder, "glue/<task>:<split>") of a split prepared in `data_dir`; never downloads."""
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-
-    where_dir = data_dir or "TFDS's default data dir"
-    try:
-        builder = tfds.builder(spec.tfds_name, data_dir=data_dir)
-        prepared = builder.is_prepared()
-    except Exception as e:  # TFDS raises many types for "not there"
-        raise specs.GlueDataError(f"{spec.tfds_name}: cannot open it in {where_dir}: "
-                                  f"{(str(e).splitlines() or [type(e).__name__])[0]}") from e
-    if not prepared:
-        raise specs.GlueDataError(
-            f"{spec.tfds_name} is not prepared in {where_dir} (nothing is downloaded "
-            f"here): prepare it with TFDS where there is network access, or give GLUE's "
-            f"TSV files with --config.data.dir")
+    builder = tfds_lib.prepared_builder(spec.tfds_name, data_dir, specs.GlueDataError,
+                                        "GLUE's TSV files")
     source = f"{spec.tfds_name}:{split}"
     if split not in builder.info.splits:
-        raise specs.GlueDataError(f"{source}: no such split in {where_dir}; it has "
-                                  f"{', '.join(sorted(builder.info.splits))}")
+        raise specs.GlueDataError(f"{source}: no such split in {tfds_lib.where(data_dir)}; "
+                                  f"it has {', '.join(sorted(builder.info.splits))}")
     return builder, source
 
 

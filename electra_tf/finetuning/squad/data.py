@@ -25,6 +25,7 @@ import re
 import tensorflow as tf
 
 from electra_tf import errors
+from electra_tf.finetuning import tfds as tfds_lib
 
 # Files of each version, as SQuAD's site names them: (train, dev).
 FILES = {"squad1": ("train-v1.1.json", "dev-v1.1.json"),
@@ -181,19 +182,8 @@ def read_json(path: str, on_bad: str = "error", train: bool = True) -> Questions
 
 def read_tfds(version: str, split: str, data_dir: str | None, on_bad: str = "error"):
     """TFDS `squad/v1.1` or `squad/v2.0` prepared in `data_dir` (never downloaded)."""
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
     name = TFDS_NAMES[version]
-    where = data_dir or "TFDS's default data dir"
-    try:
-        builder = tfds.builder(name, data_dir=data_dir)
-        prepared = builder.is_prepared()
-    except Exception as e:  # TFDS raises many types for "not there"
-        raise SquadDataError(f"{name}: cannot open it in {where}: "
-                             f"{(str(e).splitlines() or [type(e).__name__])[0]}") from None
-    if not prepared:
-        raise SquadDataError(f"{name} is not prepared in {where} (nothing is downloaded here): "
-                             "prepare it with TFDS where there is network access, or give "
-                             "SQuAD's JSON files with --config.data.dir")
+    builder = tfds_lib.prepared_builder(name, data_dir, SquadDataError, "SQuAD's JSON files")
     source = f"{name}:{split}"
     collector = _Collector(source, on_bad, train=split == "train")
     for row in builder.as_dataset(split=split, shuffle_files=False).as_numpy_iterator():

@@ -32,6 +32,7 @@ import re
 import tensorflow as tf
 
 from electra_tf import errors
+from electra_tf.finetuning import tfds as tfds_lib
 
 SCHEMES = ("iob1", "iob2", "bioes")
 PREFIXES = {"iob1": ("B", "I"), "iob2": ("B", "I"), "bioes": ("B", "I", "E", "S")}
@@ -275,21 +276,11 @@ def read_tfds(name: str, split: str, data_dir: str | None, scheme: str, types=No
               strict: bool = False, on_bad: str = "error") -> Sentences:
     """`split` of the TFDS set `name` (`TFDS_NAMES`) prepared in `data_dir` (never
     downloaded), its `ner` tags checked as `read` checks a file's."""
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
     if name not in TFDS_NAMES:
         raise TaggingDataError(f"TFDS has no {name} builder; give its CoNLL files with "
                                "--config.data.dir")
-    where = data_dir or "TFDS's default data dir"
-    try:
-        builder = tfds.builder(TFDS_NAMES[name], data_dir=data_dir)
-        prepared = builder.is_prepared()
-    except Exception as e:  # TFDS raises many types for "not there"
-        raise TaggingDataError(f"{name}: cannot open it in {where}: "
-                               f"{(str(e).splitlines() or [type(e).__name__])[0]}") from None
-    if not prepared:
-        raise TaggingDataError(f"{name} is not prepared in {where} (nothing is downloaded "
-                               "here): prepare it with TFDS where there is network access, "
-                               "or give its CoNLL files with --config.data.dir")
+    builder = tfds_lib.prepared_builder(TFDS_NAMES[name], data_dir, TaggingDataError,
+                                        "its CoNLL files")
     source = f"{TFDS_NAMES[name]}:{TFDS_SPLITS[split]}"
     names = builder.info.features["ner"].feature.names
     collector = _Collector(source, scheme, types, strict, on_bad)
