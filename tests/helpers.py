@@ -7,6 +7,8 @@ import pickle
 import subprocess
 import sys
 
+import pytest
+
 from electra_tf.data import writer
 from electra_tf.text import corpus
 from electra_tf.text import tokenizer
@@ -233,6 +235,40 @@ def run_local_workers(command, log_dir, num_workers=2, timeout=480) -> list[str]
                 env=child_env(TF_CONFIG=json.dumps(tf_config))))
     td._wait_all(procs, logs, timeout=timeout)  # pylint: disable=protected-access
     return [td._tail(log, 400) for log in logs]  # pylint: disable=protected-access
+
+
+def finetune_three_ways(command, directory, stdout=()) -> None:
+    """Runs the fine-tuning `command` (`finetune_command` without a workdir) on one
+    device, mirrored over 2 logical CPUs and as two local workers (multi_worker), in
+    DIRECTORY/one, /mirrored and /workers. Asserts each ran under its strategy (and
+    printed each of `stdout`, one process a run), that the workers' run left no other
+    worker's files, and that the mirrored and the workers' evaluations are the one
+    device's: the same steps, the same metrics up to the order of sums."""
+    directory = str(directory)
+    runs = {"one": ["--config.runtime.strategy=one_device"],
+            "mirrored": ["--config.runtime.strategy=mirrored", "--config.runtime.cpu_devices=2"]}
+    for name, flags in runs.items():
+        workdir = os.path.join(directory, name)
+        result = subprocess.run(command + [f"--workdir={workdir}"] + flags, cwd=ROOT,
+                                capture_output=True, text=True, timeout=600, env=child_env())
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert all(text in result.stdout for text in stdout), result.stdout[-3000:]
+    assert "MirroredStrategy: 2 replica(s)" in result.stderr
+    workers = os.path.join(directory, "workers")
+    for text in run_local_workers(command + [f"--workdir={workers}",
+                                             "--config.runtime.strategy=multi_worker"],
+                                  directory):
+        assert "MultiWorkerMirroredStrategy: 2 replica(s)" in text
+    assert not os.path.exists(os.path.join(workers, "tmp"))  # the other worker's, removed
+    with open(os.path.join(directory, "one", "results.json"), encoding="utf-8") as f:
+        one = json.load(f)["evaluations"]
+    for name in ("mirrored", "workers"):
+        with open(os.path.join(directory, name, "results.json"), encoding="utf-8") as f:
+            other = json.load(f)["evaluations"]
+        assert [e["step"] for e in other] == [e["step"] for e in one], name
+        for a, b in zip(one, other):
+            assert b["metrics"]["validation"] == pytest.approx(
+                a["metrics"]["validation"], rel=1e-3, abs=1e-6), (name, a, b)
 
 
 def one_line_error(result) -> str:

@@ -8,7 +8,6 @@ ran. A tiny model learns that span; in 2.0 half the contexts have no such phrase
 import json
 import os
 import random
-import subprocess
 from unittest import mock
 
 import numpy as np
@@ -254,29 +253,9 @@ def test_squad_under_mirrored_and_two_workers_gives_the_one_device_results(tmp_p
     command = helpers.finetune_command("squad2", None, pretrained, data,
                                        f"--config.data.doc_stride={STRIDE}",
                                        f"--config.data.max_query_length={QUERY}", seq=SEQ)
-    runs = {"one": ["--config.runtime.strategy=one_device"],
-            "mirrored": ["--config.runtime.strategy=mirrored", "--config.runtime.cpu_devices=2"]}
-    for name, flags in runs.items():
-        result = subprocess.run(command + [f"--workdir={tmp_path / name}"] + flags, cwd=ROOT,
-                                capture_output=True, text=True, timeout=600,
-                                env=helpers.child_env())
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert "best validation: exact=" in result.stdout and "HasAns_f1=" in result.stdout
-    assert "MirroredStrategy: 2 replica(s)" in result.stderr
-    for text in helpers.run_local_workers(
-            command + [f"--workdir={tmp_path / 'workers'}",
-                       "--config.runtime.strategy=multi_worker"], str(tmp_path)):
-        assert "MultiWorkerMirroredStrategy: 2 replica(s)" in text
-    assert not os.path.exists(tmp_path / "workers" / "tmp")  # the other worker's, removed
-
-    one = json.load(open(tmp_path / "one" / "results.json"))
+    helpers.finetune_three_ways(command, tmp_path,
+                                stdout=("best validation: exact=", "HasAns_f1="))
     for name in ("mirrored", "workers"):
-        other = json.load(open(tmp_path / name / "results.json"))
-        assert [e["step"] for e in other["evaluations"]] == [
-            e["step"] for e in one["evaluations"]]
-        for a, b in zip(one["evaluations"], other["evaluations"]):
-            assert b["metrics"]["validation"] == pytest.approx(
-                a["metrics"]["validation"], rel=1e-3, abs=1e-6), (name, a, b)
         for file in ("predictions.json", "null_odds.json"):
             a, b = (json.load(open(tmp_path / run / file)) for run in ("one", name))
             assert a.keys() == b.keys() and len(a) == 30
