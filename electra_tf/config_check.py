@@ -169,9 +169,9 @@ def check(config) -> None:
         why = allowed.error(value)
         if why:
             raise errors.UserError(f"config.{key}={value!r}: {why}")
-    if "task" not in config and "data" in config:
-        data = config["data"]
-        mask, random = data.get("mask_token_rate", 0.0), data.get("random_token_rate", 0.0)
+    data = config["data"] if "task" not in config and "data" in config else {}
+    if "mask_token_rate" in data and "random_token_rate" in data:
+        mask, random = data["mask_token_rate"], data["random_token_rate"]
         if mask + random > 1:
             raise errors.UserError(
                 f"config.data.mask_token_rate={mask!r} and config.data.random_token_rate="

@@ -15,7 +15,9 @@
 
 A run's config.json holds the resolved shape (`resolve`), so everything downstream
 (resume checks, export, fine-tuning, conversion, FLOPs) reads the same shape, never a
-preset name. Errors name the keys:
+preset name. A config.json of an earlier version lacks the keys that came later:
+`complete` fills them, in this one place (`EARLIER_DEFAULTS`), so that the code reads
+every key directly. Errors name the keys:
 
 >>> import ml_collections
 >>> from configs import electra
@@ -43,11 +45,64 @@ _DISCRIMINATOR_KEYS = {  # EncoderSize field → config.model key
 _GENERATOR_KEYS = {field: f"generator_{key}" for field, key in _DISCRIMINATOR_KEYS.items()}
 
 
+# What a config.json written before a key existed meant by its absence: the key's
+# default in configs/electra.py for every size (tests/test_model_config.py holds them
+# equal). Two keys are derived instead: model.attention_dropout was model.dropout, and
+# model.tie stays absent, for `_tie` to read tie_embeddings as that version did.
+EARLIER_DEFAULTS = {
+    "data.whole_word_masking": False,
+    "data.skip_damaged_shards": False,
+    **{f"model.{key}": 0 for key in (*_DISCRIMINATOR_KEYS.values(),
+                                     *_GENERATOR_KEYS.values())},
+    "model.max_position_embeddings": 512,
+    "model.objective": "electra",
+    "model.generator_init": "",
+    "model.temperature_schedule": "constant",
+    "model.temperature_steps": 0,
+    "train.algorithm": "joint",
+    "train.two_stage_generator_steps": 0,
+    "train.generator": "train",
+    "train.adversarial_mlm_weight": 0.0,
+    "train.xla_scope": "auto",
+    "train.accumulation_steps": 1,
+    "train.remat": "auto",
+    "train.eval_predictions": 3,
+    "train.profile_steps": 0,
+}
+
+
+def complete(config) -> ml_collections.ConfigDict:
+    """A copy of the pre-training `config` (a ConfigDict or a config.json's dict) with
+    every key of `EARLIER_DEFAULTS` that it lacks, and a lacking
+    `model.attention_dropout` as `model.dropout`: the config as this version reads it.
+
+    >>> from configs import electra
+    >>> saved = electra.get_config("tiny").to_dict()
+    >>> saved["model"]["dropout"] = 0.2
+    >>> del saved["model"]["attention_dropout"], saved["train"]["algorithm"]
+    >>> completed = complete(saved)
+    >>> completed.model.attention_dropout, completed.train.algorithm
+    (0.2, 'joint')
+    """
+    data = config.to_dict() if hasattr(config, "to_dict") else config
+    completed = ml_collections.ConfigDict(data)
+    for key, value in EARLIER_DEFAULTS.items():
+        section, name = key.split(".")
+        if section not in completed:
+            completed[section] = ml_collections.ConfigDict()
+        if name not in completed[section]:
+            completed[section][name] = value
+    model = completed.model
+    if "attention_dropout" not in model and "dropout" in model:
+        model.attention_dropout = model.dropout
+    return completed
+
+
 def _dims(model, keys: dict) -> dict:
     """{field: value} of the keys set (non-zero); a negative value is an error."""
     out = {}
     for field, key in keys.items():
-        value = int(model.get(key, 0) or 0)
+        value = int(model[key] or 0)
         if value < 0:
             raise errors.UserError(f"config.model.{key}={value}: must be positive (0: the "
                                    "default)")
@@ -61,7 +116,7 @@ def _tie(model) -> tuple[str, bool]:
     before `tie` existed, or its command): its generator embeddings keep the shared width,
     as they had then."""
     tie = model.get("tie")
-    untied = not model.get("tie_embeddings", True)
+    untied = not model.tie_embeddings
     if tie is None:  # a config.json written before `tie` existed
         return ("none", True) if untied else ("embeddings", False)
     if tie not in sizes.TIES:
@@ -93,8 +148,8 @@ def _generator(model, discriminator: sizes.EncoderSize, tie: str,
                     "makes the generator the discriminator's encoder, of "
                     f"{field}={getattr(discriminator, field)}")
         return discriminator
-    hidden_fraction = model.get("generator_hidden_fraction", 1.0)
-    layer_fraction = model.get("generator_layer_fraction", 1.0)
+    hidden_fraction = model.generator_hidden_fraction
+    layer_fraction = model.generator_layer_fraction
     for key, fraction, field in (("generator_hidden_fraction", hidden_fraction, "hidden_size"),
                                  ("generator_layer_fraction", layer_fraction, "num_layers")):
         if field not in given and not 0 < fraction <= 1:  # only where it is used
@@ -133,21 +188,23 @@ def _generator(model, discriminator: sizes.EncoderSize, tie: str,
 
 def shape(config) -> sizes.ModelShape:
     """The `ModelShape` of a pre-training config (configs/electra.py or a run's
-    config.json); a `UserError` naming the keys of an impossible combination."""
-    model = config.model
-    if "size" not in model:
+    config.json, of any version: `complete`); a `UserError` naming the keys of an
+    impossible combination."""
+    if "size" not in config.get("model", {}):
         raise errors.UserError("config.model.size is missing: not a pre-training config")
+    config = complete(config)
+    model = config.model
     discriminator = dataclasses.replace(sizes.get_size(model.size),
                                         **_dims(model, _DISCRIMINATOR_KEYS))
     _check_heads(discriminator, "")
     tie, legacy = _tie(model)
     generator = _generator(model, discriminator, tie, legacy)
     _check_heads(generator, "generator_")
-    positions = int(model.get("max_position_embeddings", 512))
+    positions = int(model.max_position_embeddings)
     if positions <= 0:
         raise errors.UserError(f"config.model.max_position_embeddings={positions}: must be "
                                "positive")
-    seq = config.get("data", {}).get("max_seq_length")
+    seq = config.data.get("max_seq_length")  # absent: a model alone, no data
     if seq is not None and seq > positions:
         raise errors.UserError(
             f"config.data.max_seq_length={seq} is longer than the position table: "
@@ -188,9 +245,10 @@ def resolve(config) -> ml_collections.ConfigDict:
 
 
 def pretrainer(config, vocabulary_size: int, dtype=None):
-    """The `ElectraPretrainer` of a pre-training config."""
+    """The `ElectraPretrainer` of a pre-training config (of any version: `complete`)."""
     from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
     from electra_tf.model import pretrainer as pretrainer_lib  # pylint: disable=g-import-not-at-top
+    config = complete(config)
     model = config.model
     model_shape = shape(config)
     detects = objectives.OBJECTIVES.get(objective_name(config)).detects
@@ -206,7 +264,7 @@ def pretrainer(config, vocabulary_size: int, dtype=None):
     return pretrainer_lib.ElectraPretrainer(
         vocabulary_size, model_shape, temperature=model.temperature,
         disallow_correct=model.disallow_correct, dropout=model.dropout,
-        attention_dropout=model.get("attention_dropout", model.dropout),
+        attention_dropout=model.attention_dropout,
         objective=chosen, dtype=dtype, name="electra",
         generator_trainable=generator_mode(config) == "train",
         mask_prob=config.data.mask_prob)
@@ -216,18 +274,17 @@ GENERATOR_MODES = ("train", "frozen")
 
 
 def generator_mode(config) -> str:
-    """`config.train.generator`: `train` (the default; a config.json written before it
-    existed) or `frozen` (no gradients, no optimizer state: a fixed language model such
-    as `config.model.generator_init`'s, as Fast-ELECTRA uses), checked against what a
-    frozen generator needs."""
-    mode = config.get("train", {}).get("generator", "train")
+    """`config.train.generator`: `train` (the default) or `frozen` (no gradients, no
+    optimizer state: a fixed language model such as `config.model.generator_init`'s, as
+    Fast-ELECTRA uses), checked against what a frozen generator needs."""
+    mode = config.train.generator
     if mode not in GENERATOR_MODES:
         raise errors.UserError(f"config.train.generator={mode!r}: choose one of "
                                f"{', '.join(GENERATOR_MODES)}")
     if mode == "frozen":
         from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
         objective = objective_name(config)
-        algorithm = config.train.get("algorithm", "joint")
+        algorithm = config.train.algorithm
         tie = shape(config).tie
         if not objectives.OBJECTIVES.get(objective).uses_generator:
             raise errors.UserError(f"config.train.generator='frozen': config.model.objective="
@@ -251,11 +308,11 @@ def temperature_schedule(config):
     in a straight line (`linear`) or half a cosine (`cosine`)."""
     from electra_tf.model import sampling  # pylint: disable=g-import-not-at-top
     model = config.model
-    kind = model.get("temperature_schedule", "constant")
+    kind = model.temperature_schedule
     if kind not in sampling.SCHEDULES:
         raise errors.UserError(f"config.model.temperature_schedule={kind!r}: choose one of "
                                f"{', '.join(sampling.SCHEDULES)}")
-    steps = int(model.get("temperature_steps", 0) or 0) or config.train.steps
+    steps = int(model.temperature_steps or 0) or config.train.steps
     return sampling.TemperatureSchedule(kind, float(model.temperature), steps)
 
 
@@ -265,13 +322,12 @@ def objective(config):
     config's tie or algorithm (`Objective.refusal`)."""
     from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
     chosen = objectives.OBJECTIVES.create(objective_name(config), config)
-    refusal = chosen.refusal(shape(config).tie,
-                             config.get("train", {}).get("algorithm", "joint"))
+    refusal = chosen.refusal(shape(config).tie, config.train.algorithm)
     if refusal:
         raise errors.UserError(f"config.model.objective={objective_name(config)!r}: {refusal}")
     return chosen
 
 
 def objective_name(config) -> str:
-    """`config.model.objective` (a config.json written before objectives existed: electra)."""
-    return config.model.get("objective", "electra")
+    """`config.model.objective`."""
+    return config.model.objective

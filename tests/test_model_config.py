@@ -86,3 +86,14 @@ def test_config_keys_of_shape_paths():
     assert model_config.config_key("max_positions") == (
         "config.model.max_position_embeddings")
     assert model_config.config_key("tie") == "config.model.tie"
+
+
+def test_an_earlier_config_json_gets_todays_defaults_for_the_keys_it_lacks():
+    """`complete`'s table is configs/electra.py's defaults, for every size; a current
+    config is complete already."""
+    for size in ("tiny", "small", "base", "large"):
+        config = electra_configs.get_config(size)
+        for key, value in model_config.EARLIER_DEFAULTS.items():
+            section, field = key.split(".")
+            assert config[section][field] == value, (size, key)
+        assert model_config.complete(config).to_dict() == config.to_dict()

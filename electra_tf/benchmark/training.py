@@ -115,6 +115,7 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
     from electra_tf.model import heads  # pylint: disable=g-import-not-at-top
     from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
     from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
     from electra_tf.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
 
     warmup, per_loop = warmup_steps, steps_per_loop
@@ -127,6 +128,7 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
         config.train.batch_size = batch_size
         config.data.max_seq_length = seq_len
         config.train.steps_per_loop = per_loop
+    config = loop.validate(config)  # the checks a training run makes, before anything
     seq_len = config.data.max_seq_length
 
     # The strategy first: config.runtime.cpu_devices splits the CPU into logical

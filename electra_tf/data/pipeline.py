@@ -303,12 +303,11 @@ def config_files(config, key: str, vocab: tokenizer_lib.Vocab) -> list[str]:
 
 
 def masking_config(config, vocab: tokenizer_lib.Vocab) -> masking.MaskingConfig:
-    """The masking of `config.data` for `vocab` (a config.json from before
-    whole_word_masking masks tokens, as it did)."""
+    """The masking of `config.data` for `vocab`."""
     return masking_config_for(
         vocab, config.data.max_seq_length, config.data.mask_prob,
         config.data.mask_token_rate, config.data.random_token_rate,
-        config.data.get("whole_word_masking", False))
+        config.data.whole_word_masking)
 
 
 def distributed_dataset(strategy, files, config, masking_config, training, step=0):

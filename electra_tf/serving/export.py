@@ -62,7 +62,6 @@ import time
 
 import keras
 from absl import logging
-import ml_collections
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as text  # noqa: F401  (registers the tokenizer ops)
@@ -100,7 +99,7 @@ def discriminate(model: pretrainer.ElectraPretrainer, input_ids, input_mask, seg
 
 def signatures(workdir: str) -> tuple:
     """The signatures `export_run` writes for the pre-training run in `workdir`."""
-    config = ml_collections.ConfigDict(workdir_lib.read_json(workdir, workdir_lib.CONFIG))
+    config = model_config.complete(workdir_lib.read_json(workdir, workdir_lib.CONFIG))
     scores = objectives.OBJECTIVES.get(model_config.objective_name(config)).scores
     return SIGNATURES + (("score",) if scores else ())
 
@@ -128,10 +127,10 @@ def load_run(workdir: str, checkpoint: str | None = None, vocab_file: str | None
     if saved is None:
         raise errors.UserError(f"{config_path}: not found; --workdir must be a training "
                                "run's directory (python -m electra_tf.train --workdir=...)")
-    config = ml_collections.ConfigDict(saved)
-    if "model" not in config or "size" not in config.model:
+    if "size" not in saved.get("model", {}):
         raise errors.UserError(f"{config_path}: not a pre-training run's config (no "
                                "model.size); give the pre-training run's directory")
+    config = model_config.complete(saved)  # as this version reads it, of any version
     run_vocab = workdir_lib.path(workdir, workdir_lib.VOCAB)
     vocab = tokenizer_lib.Vocab.load(vocab_file or run_vocab)
     path = checkpoint or workdir_lib.latest_checkpoint(workdir)

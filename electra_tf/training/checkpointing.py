@@ -12,7 +12,6 @@ disk), for pre-training and fine-tuning alike.
 import os
 from typing import Any, Callable
 
-import ml_collections
 import tensorflow as tf
 from absl import logging
 
@@ -106,10 +105,10 @@ def _warn_if_fresh_generator(workdir, model):
             model.generator_size.hidden_size, model.generator_size.num_layers)
 
 
-# (section, key, the value of a config.json written before the key existed)
-_RUN_IDENTITY = (("model", "objective", "electra"), ("train", "algorithm", "joint"),
-                 ("train", "two_stage_generator_steps", 0), ("train", "generator", "train"),
-                 ("model", "generator_init", ""))
+# (section, key) of what a run trains: another value would not continue it.
+_RUN_IDENTITY = (("model", "objective"), ("train", "algorithm"),
+                 ("train", "two_stage_generator_steps"), ("train", "generator"),
+                 ("model", "generator_init"))
 
 
 def check_same_run(config, workdir, vocab):
@@ -119,7 +118,9 @@ def check_same_run(config, workdir, vocab):
     saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG)
     if saved is None:
         return
-    before = model_config.shape(ml_collections.ConfigDict(saved))
+    # A key the run's version did not write: the value that version ran with.
+    completed = model_config.complete(saved)
+    before = model_config.shape(completed)
     now = model_config.shape(config)
     if before != now:
         old, new = _flat(before.to_dict()), _flat(now.to_dict())
@@ -130,9 +131,8 @@ def check_same_run(config, workdir, vocab):
             + ", ".join(repr(old[k]) for k in changed)
             + f" ({path}): use another --workdir, or the same model shape to resume")
     # What is trained: another objective has other variables and other losses.
-    for section, key, default in _RUN_IDENTITY:
-        before = saved.get(section, {}).get(key, default)
-        now = config[section].get(key, default)
+    for section, key in _RUN_IDENTITY:
+        before, now = completed[section][key], config[section][key]
         if before != now:
             raise errors.UserError(
                 f"config.{section}.{key}={now!r}, but the run in {workdir} was started with "

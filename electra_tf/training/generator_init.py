@@ -35,7 +35,8 @@ _KEYS = {"hidden_size": "generator_hidden_size", "num_layers": "generator_num_la
 
 
 def _source(path: str) -> tuple[str, str | None, ml_collections.ConfigDict]:
-    """(workdir, checkpoint prefix or None for its latest, its config) of `path`."""
+    """(workdir, checkpoint prefix or None for its latest, its config: `complete`d, as
+    this version reads it) of `path`."""
     if tf.io.gfile.isdir(path):
         workdir, checkpoint = path, None
     else:
@@ -46,7 +47,7 @@ def _source(path: str) -> tuple[str, str | None, ml_collections.ConfigDict]:
             f"config.model.generator_init={path!r}: not a pre-training run's directory (no "
             f"{workdir_lib.CONFIG} with model.size); give a workdir of electra_tf.train or "
             "of tools/convert_checkpoint.py --to=electra_tf")
-    return workdir, checkpoint, ml_collections.ConfigDict(saved)
+    return workdir, checkpoint, model_config.complete(saved)
 
 
 def _language_model(source) -> tuple[str, object]:
@@ -68,13 +69,13 @@ def frozen_at_random(config) -> bool:
     """Whether `config` freezes a generator that no `generator_init` gives: a random one
     (`FROZEN_AT_RANDOM` says so in the run's log and the comparison's results)."""
     return (model_config.generator_mode(config) == "frozen"
-            and not config.model.get("generator_init"))
+            and not config.model.generator_init)
 
 
 def configure(config) -> ml_collections.ConfigDict:
     """A copy of `config` whose generator has the shape of `config.model.generator_init`'s
     language model (unchanged without one)."""
-    path = config.model.get("generator_init", "")
+    path = config.model.generator_init
     if not path:
         return config
     config = ml_collections.ConfigDict(config.to_dict())
@@ -94,7 +95,7 @@ def configure(config) -> ml_collections.ConfigDict:
     for field, key in _KEYS.items():
         if field == "embedding_size" and tie != "none":
             continue  # the discriminator's: checked below
-        value, given = getattr(size, field), config.model.get(key, 0)
+        value, given = getattr(size, field), config.model[key]
         if given and given != value:
             raise errors.UserError(
                 f"config.model.{key}={given}, but the {what} of {path} has {field}={value}: "
@@ -108,7 +109,7 @@ def configure(config) -> ml_collections.ConfigDict:
             f"{resolved.discriminator.embedding_size} (config.model.embedding_size), so "
             f"config.model.tie={tie!r} cannot share them; use config.model.tie=none, or "
             f"config.model.embedding_size={size.embedding_size}")
-    positions = source.model.get("max_position_embeddings", 512)
+    positions = source.model.max_position_embeddings
     if positions != resolved.max_positions:
         raise errors.UserError(
             f"config.model.max_position_embeddings={resolved.max_positions}, but the {what} "

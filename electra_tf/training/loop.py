@@ -24,6 +24,7 @@ from electra_tf import workdir as workdir_lib
 from electra_tf.data import order
 from electra_tf.data import pipeline
 from electra_tf.model import objectives
+from electra_tf.model import remat
 from electra_tf.text import tokenizer
 from electra_tf.training import algorithms
 from electra_tf.training import checkpointing
@@ -37,14 +38,26 @@ from electra_tf.training import summaries
 from electra_tf.training import trainer as trainer_lib
 
 
+# config.train's keys whose allowed values a module of their own lists.
+_CHOICES = (("remat", remat.CHOICES), ("xla_scope", trainer_lib.XLA_SCOPES))
+
+
 def validate(config):
     """The config a pre-training run trains with, or a one-line `UserError` naming the
-    key: every value in its range (`config_check`), the shape resolved and explicit, as
-    config.json keeps it (a generator_init's generator: its own), the objective for its
-    tie and algorithm, the generator mode, the temperature schedule and the algorithm.
-    What needs no device, data or workdir; the loop and `experiments/variants.py` call it
+    key: every key present (`model_config.complete`: an earlier version's config.json
+    lacks the later ones), every value in its range (`config_check`) or among its
+    choices, the shape resolved and explicit, as config.json keeps it (a generator_init's
+    generator: its own), the objective for its tie and algorithm, the generator mode, the
+    temperature schedule and the algorithm. Everything that needs no device, data or
+    workdir is checked here and nowhere else (what depends on the strategy, the Trainer
+    checks); the loop, `experiments/variants.py` and the training benchmark call it
     before anything runs."""
+    config = model_config.complete(config)
     config_check.check(config)
+    for key, choices in _CHOICES:
+        if config.train[key] not in choices:
+            raise errors.UserError(f"config.train.{key}={config.train[key]!r}: choose one "
+                                   f"of {', '.join(choices)}")
     resolved = model_config.resolve(generator_init.configure(config))
     model_config.objective(resolved)
     model_config.generator_mode(resolved)
@@ -114,7 +127,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                                          workdir_lib.checkpoints(workdir))
         trainer.algorithm.check_restored(workdir)
         step = int(trainer.step.numpy())
-        if step == 0 and config.model.get("generator_init"):
+        if step == 0 and config.model.generator_init:
             generator_init.load(trainer.model, config, vocab)
         if generator_init.frozen_at_random(config):
             logging.warning(generator_init.FROZEN_AT_RANDOM)

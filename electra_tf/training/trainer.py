@@ -59,10 +59,6 @@ class Trainer:
         self.global_batch = config.train.batch_size
         self.local_batch = distribute.local_batch_size(strategy, self.global_batch)
         self.accumulation_steps = micro_batches(config.train, self.local_batch)
-        self.remat = config.train.get("remat", "auto")
-        if self.remat not in remat.CHOICES:
-            raise errors.UserError(f"config.train.remat={self.remat!r}: choose one of "
-                                   f"{', '.join(remat.CHOICES)}")
         self.policy = distribute.dtype_policy(config.train.mixed_precision, strategy)
         seq_length = config.data.max_seq_length
         with strategy.scope():
@@ -70,9 +66,9 @@ class Trainer:
             self.model = model_config.pretrainer(config, vocab_size, dtype=self.policy)
             self.model.build_for(seq_length, num_predictions)
             # What the backward pass recomputes: `auto` by the device's memory.
-            self.remat, self.remat_reason = remat_mode(self.remat, strategy, self.model,
-                                                       self.local_batch, seq_length,
-                                                       num_predictions, self.policy)
+            self.remat, self.remat_reason = remat_mode(
+                config.train.remat, strategy, self.model, self.local_batch, seq_length,
+                num_predictions, self.policy)
             logging.info("config.train.remat=%s: %s", self.remat, self.remat_reason)
             # The sampling temperature of step t (constant, or a schedule to 1.0).
             self.temperature = model_config.temperature_schedule(config)
@@ -450,12 +446,11 @@ def xla_scope(train_config, strategy) -> str:
     (the optimizer's few hundred small kernels and their launches leave the step); the
     forward/backward pass on a CPU, where the whole step is a little faster but holds more
     memory (BENCHMARKS.md, "Memory"), and under Mirrored and multi-worker strategies,
-    which cannot compile the cross-device all-reduce and update.
+    which cannot compile the cross-device all-reduce and update. `train_config.xla_scope`
+    is one of `XLA_SCOPES` (`loop.validate` checks it); what the strategy refuses is
+    checked here.
     """
-    scope = train_config.get("xla_scope", "auto")
-    if scope not in XLA_SCOPES:
-        raise errors.UserError(f"config.train.xla_scope={scope!r}: choose one of "
-                               f"{', '.join(XLA_SCOPES)}")
+    scope = train_config.xla_scope
     if distribute.is_tpu(strategy):
         return "whole_step"  # TPUStrategy compiles every step whole, whatever is asked
     if not train_config.jit_compile:
@@ -493,11 +488,9 @@ def remat_mode(mode: str, strategy, model, local_batch: int, seq_len: int,
 
 
 def micro_batches(train_config, local_batch: int) -> int:
-    """`config.train.accumulation_steps`, checked against this replica's batch rows."""
-    n = train_config.get("accumulation_steps", 1)
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise errors.UserError(f"config.train.accumulation_steps={n!r}: give a whole number "
-                               ">= 1 (1: no accumulation)")
+    """`config.train.accumulation_steps` (a whole number >= 1: `config_check`'s range,
+    which `loop.validate` checks), checked against this replica's batch rows."""
+    n = train_config.accumulation_steps
     if local_batch % n:
         raise errors.UserError(
             f"config.train.accumulation_steps={n} does not divide the {local_batch} rows each "

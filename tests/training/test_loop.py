@@ -46,3 +46,43 @@ def test_the_loop_and_the_plan_validate_through_it(monkeypatch, tmp_path):
         variants.plan(electra_configs.get_config("tiny"), vocab,
                       variants.expand(specs=["a:train.seed=1", "b:train.seed=2"]))
     assert len(calls) == 2
+
+
+def test_validate_refuses_each_value_before_the_loop_writes(tmp_path):
+    """The checks that need no device are validate's: the loop refuses these before
+    it reads data or writes the workdir (the Trainer does not check them again)."""
+    for key, value, message in (
+            ("train.remat", "all", "config.train.remat='all': choose one of auto, none, "
+                                   "selective, blocks"),
+            ("train.xla_scope", "everything", "config.train.xla_scope='everything': choose "
+                                              "one of auto, whole_step, forward_backward"),
+            ("train.accumulation_steps", 0, "config.train.accumulation_steps=0: must be a "
+                                            "whole number >= 1"),
+            ("train.two_stage_generator_steps", -1,
+             "config.train.two_stage_generator_steps=-1: must be a whole number >= 0 (0: "
+             "half of train.steps)")):
+        bad = electra_configs.get_config("tiny")
+        section, field = key.split(".")
+        bad[section][field] = value
+        if field == "two_stage_generator_steps":
+            bad.train.algorithm = "two_stage"
+        workdir = str(tmp_path / field)
+        with pytest.raises(errors.UserError) as raised:
+            loop.train_and_evaluate(bad, workdir)
+        assert str(raised.value) == message
+        assert not os.path.exists(workdir)
+
+
+def test_a_config_of_an_earlier_version_validates_as_it_ran():
+    """A config.json written before the later keys existed resolves to today's config
+    with the defaults those keys have (model.attention_dropout: model.dropout)."""
+    from electra_tf import model_config  # pylint: disable=g-import-not-at-top
+    config = electra_configs.get_config("tiny")
+    config.model.dropout = config.model.attention_dropout = 0.2
+    earlier = config.to_dict()
+    for key in [*model_config.EARLIER_DEFAULTS, "model.attention_dropout"]:
+        section, field = key.split(".")
+        del earlier[section][field]
+    completed = model_config.complete(earlier)
+    assert completed.to_dict() == config.to_dict()
+    assert loop.validate(completed).to_dict() == loop.validate(config).to_dict()

@@ -15,6 +15,7 @@ from configs import electra as electra_config
 from electra_tf import errors
 from electra_tf.model import remat
 from electra_tf.training import distribute
+from electra_tf.training import loop
 from electra_tf.training import trainer as trainer_lib
 
 VOCAB, SEQ, P, BATCH, STEPS = 40, 32, 5, 8, 3
@@ -205,20 +206,25 @@ def test_remat_auto_chooses_by_the_device_and_its_memory(plain, monkeypatch):
 
 
 def test_bad_values_are_one_line_errors_naming_the_key():
+    """A value wrong on any device: `loop.validate`'s error (the loop calls it before the
+    Trainer); one that this strategy cannot run: the Trainer's."""
     strategy = distribute.get_strategy(_config().runtime)
+    with pytest.raises(errors.UserError) as raised:
+        trainer_lib.Trainer(_config(accumulation_steps=3), strategy, VOCAB, P)
+    assert str(raised.value) == (
+        "config.train.accumulation_steps=3 does not divide the 8 rows each replica gets "
+        "of config.train.batch_size=8: choose a divisor")
     for train, message in (
-            ({"accumulation_steps": 3}, "config.train.accumulation_steps=3 does not divide "
-             "the 8 rows each replica gets of config.train.batch_size=8: choose a divisor"),
-            ({"accumulation_steps": 0}, "config.train.accumulation_steps=0: give a whole "
-             "number >= 1 (1: no accumulation)"),
-            ({"accumulation_steps": True}, "config.train.accumulation_steps=True: give a "
-             "whole number >= 1 (1: no accumulation)"),
+            ({"accumulation_steps": 0}, "config.train.accumulation_steps=0: must be a whole "
+             "number >= 1"),
+            ({"accumulation_steps": True}, "config.train.accumulation_steps=True: must be a "
+             "whole number >= 1"),
             ({"remat": "all"}, "config.train.remat='all': choose one of auto, none, "
              "selective, blocks"),
             ({"xla_scope": "everything"}, "config.train.xla_scope='everything': choose one "
              "of auto, whole_step, forward_backward")):
         with pytest.raises(errors.UserError) as raised:
-            trainer_lib.Trainer(_config(**train), strategy, VOCAB, P)
+            loop.validate(_config(**train))
         assert str(raised.value) == message
     assert trainer_lib.xla_scope(_config(jit_compile=False).train, strategy) == "none"
     with pytest.raises(errors.UserError, match="xla_scope='whole_step' needs "

@@ -51,6 +51,6 @@ ALGORITHMS = registry.Registry("config.train.algorithm", [
 
 
 def get(config):
-    """The algorithm of `config.train.algorithm` (joint when absent: older runs)."""
-    name = config.train.get("algorithm", "joint")
+    """The algorithm of `config.train.algorithm`."""
+    name = config.train.algorithm
     return ALGORITHMS.create(name, config)

@@ -77,7 +77,7 @@ class Adversarial(base.Algorithm):
                 "the generator to fool the discriminator, which cannot be the same "
                 "encoder; use tie=embeddings, none or gdes")
         self.disallow_correct = config.model.disallow_correct
-        self.mlm_weight = config.train.get("adversarial_mlm_weight", 0.0)
+        self.mlm_weight = config.train.adversarial_mlm_weight
         self.baseline = None  # `build`
 
     def build(self, train_config, model, dtype_policy):

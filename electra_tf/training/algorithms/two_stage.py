@@ -46,7 +46,7 @@ class TwoStage(base.Algorithm):
     def __init__(self, config):
         super().__init__(config)
         # A whole number >= 0: config_check's range (loop.validate checks it first).
-        steps = config.train.get("two_stage_generator_steps", 0)
+        steps = config.train.two_stage_generator_steps
         # Given, it is not bounded by config.train.steps: a shorter run trains the
         # generator only and the same command with more steps continues it across the
         # switch. Not given: each stage trains for half the run, as in the paper.
@@ -69,7 +69,7 @@ class TwoStage(base.Algorithm):
                       if getattr(g, f.name) != getattr(d, f.name)]
             hint = "config.model.generator_hidden_fraction=1.0"
             if (g.embedding_size != d.embedding_size  # set apart from its hidden size
-                    and config.model.get("generator_embedding_size", 0)):
+                    and config.model.generator_embedding_size):
                 hint += f" and config.model.generator_embedding_size={d.embedding_size}"
             raise errors.UserError(
                 "config.train.algorithm='two_stage' initialises the discriminator from the "
