@@ -4,10 +4,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from configs import electra as electra_configs
 from electra_tf.model import flops
 from electra_tf.model import objectives
 from electra_tf.model import pretrainer
 from electra_tf.model import sizes
+from electra_tf.model.objectives import base
 from electra_tf.training import metrics
 
 TINY = sizes.SIZES["tiny"]
@@ -137,3 +139,16 @@ def test_flops_count_each_objectives_own_passes():
 def test_an_unknown_objective_names_the_key():
     with pytest.raises(Exception, match=r"config.model.objective='bert': choose one of"):
         build("bert")
+
+
+def test_every_objective_is_made_from_the_runs_config():
+    """One construction for every member, `Member(config)`: RTD weighed by
+    config.model.disc_weight; without a config (class facts only), by the config's
+    default."""
+    config = electra_configs.get_config("tiny")
+    default = config.model.disc_weight
+    config.model.disc_weight = 7.0
+    for name, member in objectives.OBJECTIVES.items():
+        assert issubclass(member, base.Objective) and member.name == name
+        assert objectives.OBJECTIVES.create(name, config).disc_weight == 7.0
+        assert objectives.OBJECTIVES.create(name).disc_weight == base.DISC_WEIGHT == default

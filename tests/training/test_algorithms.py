@@ -13,6 +13,7 @@ from electra_tf.training import distribute
 from electra_tf.training import loop
 from electra_tf.training import optimizer as optimizer_lib
 from electra_tf.training import trainer as trainer_lib
+from electra_tf.training.algorithms import base
 from tests.training import test_trainer
 
 
@@ -35,6 +36,16 @@ def test_joint_trains_every_variable_by_the_objectives_loss():
     loss, values = tf.constant(3.0), {"mlm_loss": tf.constant(1.0)}
     assert joint.loss(None, loss, values, "joint", {}, {}, 4.0) == (loss, values)
     assert joint.checkpoint_items() == {} and joint.layers() == []
+
+
+def test_every_algorithm_subclasses_the_base_and_joint_is_its_defaults():
+    """One pattern for every member: a `base.Algorithm` subclass by its name, made from
+    the run's config; joint overrides no hook (the base's defaults are joint's)."""
+    for name, member in algorithms.ALGORITHMS.items():
+        assert issubclass(member, base.Algorithm) and member.name == name
+    hooks = {k for k, v in vars(base.Algorithm).items() if callable(v)} - {"__init__"}
+    assert not hooks & set(vars(algorithms.joint.Joint))
+    assert isinstance(algorithms.ALGORITHMS.create("joint", None), algorithms.joint.Joint)
 
 
 def test_two_stage_trains_one_model_at_a_time_and_switches_by_copying():
