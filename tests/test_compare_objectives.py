@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from configs import electra as electra_configs
+from configs import finetune as finetune_configs
 from electra_tf import errors
 from electra_tf import model_config
 from electra_tf.experiments import compare
@@ -105,7 +106,8 @@ def test_the_report_is_written_whole_and_says_what_a_frozen_generator_is(
     logged = []
     monkeypatch.setattr(compare.logging, "info", lambda *args: logged.append(args))
     out = str(tmp_path / "out")
-    markdown = compare.run(planned, None, out, "task", _config(), "trained")
+    tuning = finetune_configs.get_config("sst2")  # checked first, then fine-tuned
+    markdown = compare.run(planned, tuning, out, "task", _config(), "trained")
     assert trained == [os.path.join(out, "runs", n) for n in ("trained", "frozen")]
     assert read == [os.path.join(out, "runs", n, "logs", "eval")
                     for n in ("trained", "frozen")]

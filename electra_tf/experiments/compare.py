@@ -94,7 +94,10 @@ def run(planned, tuning, out: str, task_name: str, config, budget: str) -> str:
     """Pre-trains and fine-tunes each `variants.Planned` (`budget`: the variant whose
     FLOPs are the budget); writes results.json, table.md and comparison.png under
     `out`; returns the table (Markdown), for the tool to show."""
+    from electra_tf.finetuning import loop as finetune_loop  # pylint: disable=g-import-not-at-top
     from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
+    # The fine-tuning config is every variant's: checked before hours of pre-training.
+    tuning = finetune_loop.validate(tuning)
     start = time.monotonic()
     rows = []
     for p in planned:
@@ -111,7 +114,7 @@ def run(planned, tuning, out: str, task_name: str, config, budget: str) -> str:
             "variant": name, "overrides": dict(p.variant.overrides),
             "objective": p.config.model.objective, "algorithm": p.config.train.algorithm,
             "generator": model_config.generator_mode(p.config),
-            "generator_init": p.config.model.get("generator_init") or None,
+            "generator_init": p.config.model.generator_init or None,
             "note": generator_note(p.config),
             "steps": p.steps, "flops_per_step": p.flops_per_step, "flops": p.flops,
             "seconds": seconds, "eval": curve,

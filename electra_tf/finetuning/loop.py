@@ -190,11 +190,32 @@ class FineTuner:
         return tf.nest.map_structure(lambda *parts: np.concatenate(parts)[order], *outputs)
 
 
-def _check_config(config, workdir, task: task_lib.Task):
-    """One-line errors for values that cannot work, and for a resume whose config
-    disagrees with the run's (the data position and the head depend on them)."""
-    config_check.check(config)
-    task.check_config()
+def validate(config) -> ml_collections.ConfigDict:
+    """The config a fine-tuning run trains with (a copy of `config`), or a one-line
+    `UserError` naming the key: the task known, the task's own fields that `config`
+    lacks (a config.json of an earlier version) from its defaults (`Task.configure`),
+    every value in its range (`config_check`) and the task's own checks
+    (`Task.check_config`). Everything that needs no device, data, model or workdir is
+    checked here and nowhere else; the loop and `experiments/compare.py` call it before
+    anything runs. What the pre-trained model decides (a learning rate of 0: its
+    shape's) the loop fills once it has read it."""
+    resolved = ml_collections.ConfigDict(config.to_dict())
+    defaults = ml_collections.ConfigDict({"data": {}, "model": {}, "train": {}})
+    tasks.get(resolved.task, defaults).configure(defaults)
+    for section, fields in defaults.items():
+        if section not in resolved:
+            resolved[section] = ml_collections.ConfigDict()
+        for name, value in fields.items():
+            if name not in resolved[section]:
+                resolved[section][name] = value
+    config_check.check(resolved)
+    tasks.get(resolved.task, resolved).check_config()
+    return resolved
+
+
+def _check_resume_config(config, workdir, task: task_lib.Task):
+    """A one-line error for a resume whose config disagrees with the run's (the data
+    position and the head depend on them)."""
     _check_resume(config, workdir, ("task", "train.batch_size", "train.seed",
                                     "data.max_seq_length") + task.resume_keys)
 
@@ -217,8 +238,9 @@ def _check_resume(config, workdir, keys, source: str = "") -> None:
 
 def finetune(config, workdir: str, strategy=None) -> dict:
     """Fine-tunes on `config.task`; returns the best evaluation's metrics per dev split."""
+    config = validate(config)  # before anything is written
     task = tasks.get(config.task, config)
-    _check_config(config, workdir, task)
+    _check_resume_config(config, workdir, task)
     strategy = strategy or distribute.get_strategy(config.runtime)
     chief = distribute.is_chief(strategy)
     # One run writes a workdir: the chief holds it (the other workers write aside).

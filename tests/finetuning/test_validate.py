@@ -1,0 +1,55 @@
+"""finetuning/loop.py's `validate`: the checks a fine-tuning run makes before anything
+runs, in one place, which the loop and the comparison tool (`experiments/compare.py`)
+both call (the loop's end-to-end errors: test_finetune.py)."""
+
+import os
+
+import pytest
+
+from configs import finetune as finetune_configs  # pylint: disable=g-bad-import-order
+from electra_tf import errors
+from electra_tf.finetuning import loop
+
+
+def test_validate_returns_a_checked_copy_and_names_a_bad_key():
+    config = finetune_configs.get_config("squad2")
+    resolved = loop.validate(config)
+    assert resolved.to_dict() == config.to_dict() and resolved is not config
+    for key, value, message in (
+            ("train.batch_size", 0, "config.train.batch_size=0: must be a whole number >= 1"),
+            ("data.doc_stride", 0, "config.data.doc_stride=0: must be a whole number >= 1"),
+            ("predict_test", True, "config.predict_test: SQuAD's test set is hidden"),
+            ("task", "squad3", "config.task='squad3': choose one of")):
+        bad = finetune_configs.get_config("squad2")
+        section, _, field = key.rpartition(".")
+        (bad[section] if section else bad)[field] = value
+        with pytest.raises(errors.UserError, match=message.replace("(", r"\(")):
+            loop.validate(bad)
+
+
+def test_the_task_fields_a_config_lacks_are_the_tasks_defaults():
+    """A config.json of an earlier version lacks the fields a task added later."""
+    config = finetune_configs.get_config("conll2003")
+    earlier = finetune_configs.get_config("conll2003")
+    del earlier.data["stride"], earlier.model["label_scheme"]
+    assert loop.validate(earlier).to_dict() == config.to_dict()
+
+
+def test_the_loop_and_the_comparison_validate_through_it(monkeypatch, tmp_path):
+    """Each refuses a bad config by `validate` before it writes or pre-trains anything."""
+    real, calls = loop.validate, []
+    monkeypatch.setattr(loop, "validate", lambda config: calls.append(config) or real(config))
+    bad = finetune_configs.get_config("sst2")
+    bad.train.batch_size = 0
+    workdir = str(tmp_path / "run")
+    with pytest.raises(errors.UserError, match="config.train.batch_size=0"):
+        loop.finetune(bad, workdir)
+    assert len(calls) == 1 and not os.path.exists(workdir)
+    from electra_tf.experiments import compare  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import loop as pretraining  # pylint: disable=g-import-not-at-top
+    pretrained = []
+    monkeypatch.setattr(pretraining, "train_and_evaluate",
+                        lambda config, workdir: pretrained.append(workdir))
+    with pytest.raises(errors.UserError, match="config.train.batch_size=0"):
+        compare.run([object()], bad, str(tmp_path / "out"), "sst2", None, "a")
+    assert len(calls) == 2 and not pretrained  # before any pre-training
