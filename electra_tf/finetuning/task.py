@@ -15,7 +15,7 @@ tagging/task.py (CoNLL-2003, CoNLL-2000, any CoNLL-format set). A new task is a 
         eval_splits = ("validation",)
         primary_metric = "accuracy"
         schedule = task.Schedule(epochs=3.0)
-        def configure(self, config): ...    # the hooks marked "member" below
+        def configure(self, config): ...    # and the other hooks marked R below
         ...
 
 The hooks (R: every member fills it in; the others have the default said):
@@ -82,16 +82,16 @@ class Schedule:
 
 class Task:
     """One fine-tuning task, made as `Task(config)` from the run's config (None where
-    only the class attributes and `configure` are used). A member sets the class
-    attributes without a default and implements the methods that raise
-    `NotImplementedError`."""
+    only the class attributes and `configure` are used). A member sets `name`,
+    `eval_splits` and `primary_metric` (and `schedule` where the general defaults are
+    not its original's) and implements the methods that raise `NotImplementedError`."""
 
     # Member: the class facts (read before a config exists).
     name: str = ""                     # config.task
     eval_splits: tuple[str, ...] = ()  # the first selects the best step
     primary_metric: str = ""           # of the first eval split: selects the best step
-    schedule: Schedule = Schedule()    # the original's fine-tuning defaults
     # Defaults.
+    schedule: Schedule = Schedule()    # the original ELECTRA's general fine-tuning defaults
     resume_keys: tuple[str, ...] = ()  # "section.key" a resume must keep (besides the
     #                                    loop's task, batch size, seed, max_seq_length)
     read_keys: tuple[str, ...] = ()    # "section.key" that `read` fills from the data
