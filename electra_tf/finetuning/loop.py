@@ -190,24 +190,32 @@ class FineTuner:
         return tf.nest.map_structure(lambda *parts: np.concatenate(parts)[order], *outputs)
 
 
-def validate(config) -> ml_collections.ConfigDict:
-    """The config a fine-tuning run trains with (a copy of `config`), or a one-line
-    `UserError` naming the key: the task known, the task's own fields that `config`
-    lacks (a config.json of an earlier version) from its defaults (`Task.configure`),
-    every value in its range (`config_check`) and the task's own checks
-    (`Task.check_config`). Everything that needs no device, data, model or workdir is
-    checked here and nowhere else; the loop and `experiments/compare.py` call it before
-    anything runs. What the pre-trained model decides (a learning rate of 0: its
-    shape's) the loop fills once it has read it."""
-    resolved = ml_collections.ConfigDict(config.to_dict())
+def complete(config) -> ml_collections.ConfigDict:
+    """A copy of the fine-tuning `config` (a ConfigDict or a config.json's dict) with the
+    task's own fields that it lacks (a config.json of an earlier version) from the
+    task's defaults (`Task.configure`); an unknown task is a `UserError`."""
+    completed = ml_collections.ConfigDict(
+        config.to_dict() if hasattr(config, "to_dict") else config)
     defaults = ml_collections.ConfigDict({"data": {}, "model": {}, "train": {}})
-    tasks.get(resolved.task, defaults).configure(defaults)
+    tasks.get(completed.task, defaults).configure(defaults)
     for section, fields in defaults.items():
-        if section not in resolved:
-            resolved[section] = ml_collections.ConfigDict()
+        if section not in completed:
+            completed[section] = ml_collections.ConfigDict()
         for name, value in fields.items():
-            if name not in resolved[section]:
-                resolved[section][name] = value
+            if name not in completed[section]:
+                completed[section][name] = value
+    return completed
+
+
+def validate(config) -> ml_collections.ConfigDict:
+    """The config a fine-tuning run trains with (`complete`: a copy of `config`), or a
+    one-line `UserError` naming the key: the task known, every value in its range
+    (`config_check`) and the task's own checks (`Task.check_config`). Everything that
+    needs no device, data, model or workdir is checked here and nowhere else; the loop
+    and `experiments/compare.py` call it before anything runs. What the pre-trained
+    model decides (a learning rate of 0: its shape's) the loop fills once it has read
+    it."""
+    resolved = complete(config)
     config_check.check(resolved)
     tasks.get(resolved.task, resolved).check_config()
     return resolved
@@ -459,8 +467,8 @@ def is_finetuning_run(workdir: str) -> bool:
 
 
 def run_task(workdir: str) -> task_lib.Task:
-    """The task of a fine-tuning run, bound to the run's config.json."""
-    config = ml_collections.ConfigDict(workdir_lib.read_json(workdir, workdir_lib.CONFIG))
+    """The task of a fine-tuning run, bound to the run's config.json (`complete`)."""
+    config = complete(workdir_lib.read_json(workdir, workdir_lib.CONFIG))
     return tasks.get(config.task, config)
 
 

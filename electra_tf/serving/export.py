@@ -156,7 +156,7 @@ def load_run(workdir: str, checkpoint: str | None = None, vocab_file: str | None
 
 def lower_case_of(config, default: bool = True) -> bool:
     """The normalisation the training data was made with (its manifest), else `default`."""
-    for part in str(config.data.get("train_files", "")).split(","):
+    for part in str(config.data.train_files).split(","):
         part = part.strip()
         if part and tf.io.gfile.isdir(part):
             manifest = pipeline.load_manifest(part)

@@ -4,10 +4,12 @@ both call (the loop's end-to-end errors: test_finetune.py)."""
 
 import os
 
+import ml_collections
 import pytest
 
 from configs import finetune as finetune_configs  # pylint: disable=g-bad-import-order
 from electra_tf import errors
+from electra_tf import workdir as workdir_lib
 from electra_tf.finetuning import loop
 
 
@@ -27,12 +29,15 @@ def test_validate_returns_a_checked_copy_and_names_a_bad_key():
             loop.validate(bad)
 
 
-def test_the_task_fields_a_config_lacks_are_the_tasks_defaults():
-    """A config.json of an earlier version lacks the fields a task added later."""
+def test_the_task_fields_a_config_lacks_are_the_tasks_defaults(tmp_path):
+    """A config.json of an earlier version lacks the fields a task added later: the
+    loop's config and an exported run's (`run_task`) have the task's defaults."""
     config = finetune_configs.get_config("conll2003")
-    earlier = finetune_configs.get_config("conll2003")
-    del earlier.data["stride"], earlier.model["label_scheme"]
-    assert loop.validate(earlier).to_dict() == config.to_dict()
+    earlier = config.to_dict()
+    del earlier["data"]["stride"], earlier["model"]["label_scheme"]
+    assert loop.validate(ml_collections.ConfigDict(earlier)).to_dict() == config.to_dict()
+    workdir_lib.write_json(str(tmp_path), workdir_lib.CONFIG, earlier)
+    assert loop.run_task(str(tmp_path)).config.to_dict() == config.to_dict()
 
 
 def test_the_loop_and_the_comparison_validate_through_it(monkeypatch, tmp_path):
