@@ -1,4 +1,5 @@
-"""Hugging Face ELECTRA directories: config.json and model.safetensors (transformers).
+"""Hugging Face ELECTRA directories: config.json and model.safetensors (transformers);
+`HuggingFace`, format name `hf`.
 
 `write` makes `discriminator/` (ElectraForPreTraining) and, with a generator,
 `generator/` (ElectraForMaskedLM), each with vocab.txt and tokenizer_config.json so that

@@ -1,4 +1,5 @@
-"""keras-hub presets: the discriminator as an `ElectraBackbone` (written only).
+"""keras-hub presets: the discriminator as an `ElectraBackbone` (`KerasHub`, format name
+`keras_hub`, written only).
 
 keras-hub's ELECTRA is the discriminator's encoder alone (no heads, no generator), so
 only `write` exists. `ElectraBackbone.from_preset(OUTPUT)` loads what it writes.

@@ -1,4 +1,5 @@
-"""The original ELECTRA's TF1 pre-training checkpoints (google-research/electra).
+"""The original ELECTRA's TF1 pre-training checkpoints (google-research/electra): `TF1`,
+format name `tf1`.
 
 `read`: a checkpoint prefix (DIR/model.ckpt) or its directory (the latest one), of any
 shape: `electra/` (the discriminator), `generator/` (its own encoder; its own

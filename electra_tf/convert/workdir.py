@@ -1,4 +1,5 @@
-"""Our own training runs (format name `electra_tf`): a workdir and its checkpoints.
+"""Our own training runs (`ElectraTF`, format name `electra_tf`): a workdir and its
+checkpoints.
 
 `read`: a workdir (its latest checkpoint) or one checkpoint prefix in WORKDIR/checkpoints,
 restored by the exporter's loader (`export.load_run`: config.json says the shape).
