@@ -159,16 +159,21 @@ def ranges_for(config) -> dict[str, Range]:
     return FINETUNING if "task" in config else PRETRAINING
 
 
-def check(config) -> None:
-    """A `UserError` for the first field of `config` out of its range."""
-    for key, allowed in ranges_for(config).items():
+def check(config, keys=None) -> None:
+    """A `UserError` for the first field of `config` out of its range; `keys`
+    ("section.name"): those fields alone, for a function that reads a few of a config
+    that no run checked (`model_config.shape` of a config.json)."""
+    ranges = ranges_for(config)
+    for key in ranges if keys is None else keys:
         section, name = key.split(".")
         if section not in config or name not in config[section]:
             continue
         value = config[section][name]
-        why = allowed.error(value)
+        why = ranges[key].error(value)
         if why:
             raise errors.UserError(f"config.{key}={value!r}: {why}")
+    if keys is not None:
+        return
     data = config["data"] if "task" not in config and "data" in config else {}
     if "mask_token_rate" in data and "random_token_rate" in data:
         mask, random = data["mask_token_rate"], data["random_token_rate"]

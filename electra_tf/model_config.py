@@ -36,6 +36,7 @@ import dataclasses
 
 import ml_collections
 
+from electra_tf import config_check
 from electra_tf import errors
 from electra_tf.model import sizes
 
@@ -99,16 +100,8 @@ def complete(config) -> ml_collections.ConfigDict:
 
 
 def _dims(model, keys: dict) -> dict:
-    """{field: value} of the keys set (non-zero); a negative value is an error."""
-    out = {}
-    for field, key in keys.items():
-        value = int(model[key] or 0)
-        if value < 0:
-            raise errors.UserError(f"config.model.{key}={value}: must be positive (0: the "
-                                   "default)")
-        if value:
-            out[field] = value
-    return out
+    """{field: value} of the keys set (non-zero; `config_check`'s ranges checked)."""
+    return {field: int(model[key]) for field, key in keys.items() if model[key]}
 
 
 def _tie(model) -> tuple[str, bool]:
@@ -150,10 +143,6 @@ def _generator(model, discriminator: sizes.EncoderSize, tie: str,
         return discriminator
     hidden_fraction = model.generator_hidden_fraction
     layer_fraction = model.generator_layer_fraction
-    for key, fraction, field in (("generator_hidden_fraction", hidden_fraction, "hidden_size"),
-                                 ("generator_layer_fraction", layer_fraction, "num_layers")):
-        if field not in given and not 0 < fraction <= 1:  # only where it is used
-            raise errors.UserError(f"config.model.{key}={fraction}: must be in (0, 1]")
     hidden = given.get("hidden_size",
                        max(1, round(discriminator.hidden_size * hidden_fraction)))
     full_width = hidden == discriminator.hidden_size
@@ -194,6 +183,15 @@ def shape(config) -> sizes.ModelShape:
         raise errors.UserError("config.model.size is missing: not a pre-training config")
     config = complete(config)
     model = config.model
+    # What the shape reads, in its range (a config.json's: no run checked it); a
+    # generator's fraction only where no explicit dimension replaces it.
+    read = [*_DISCRIMINATOR_KEYS.values(), *_GENERATOR_KEYS.values(),
+            "max_position_embeddings"]
+    for fraction, key in (("generator_hidden_fraction", "generator_hidden_size"),
+                          ("generator_layer_fraction", "generator_num_layers")):
+        if not model[key]:
+            read.append(fraction)
+    config_check.check(config, [f"model.{key}" for key in read])
     discriminator = dataclasses.replace(sizes.get_size(model.size),
                                         **_dims(model, _DISCRIMINATOR_KEYS))
     _check_heads(discriminator, "")
@@ -201,9 +199,6 @@ def shape(config) -> sizes.ModelShape:
     generator = _generator(model, discriminator, tie, legacy)
     _check_heads(generator, "generator_")
     positions = int(model.max_position_embeddings)
-    if positions <= 0:
-        raise errors.UserError(f"config.model.max_position_embeddings={positions}: must be "
-                               "positive")
     seq = config.data.get("max_seq_length")  # absent: a model alone, no data
     if seq is not None and seq > positions:
         raise errors.UserError(

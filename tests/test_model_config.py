@@ -24,7 +24,7 @@ from electra_tf.model import sizes
      "config.model.generator_hidden_size=200 is not a multiple of the generator's"),
     ({"generator_embedding_size": 16},
      "config.model.generator_embedding_size=16: config.model.tie='embeddings' shares"),
-    ({"num_layers": -1}, "config.model.num_layers=-1: must be positive"),
+    ({"num_layers": -1}, "config.model.num_layers=-1: must be a whole number >= 0"),
     ({"tie": "all", "tie_embeddings": False}, "config.model.tie_embeddings=False "
      "contradicts config.model.tie='all'"),
 ])
