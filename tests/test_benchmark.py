@@ -239,3 +239,14 @@ def test_train_benchmark_under_mirrored_over_two_logical_cpus():
     assert (results["strategy"], results["replicas"]) == ("MirroredStrategy", 2)
     assert results["batch_size"] == 4  # global
     assert abs(results["seq_per_sec_per_replica"] - results["seq_per_sec"] / 2) < 0.002
+
+
+def test_the_training_benchmark_validates_its_config_first(tmp_path):
+    """The checks a training run makes (`loop.validate`), before any strategy or data."""
+    from electra_tf import errors  # pylint: disable=g-import-not-at-top
+    from electra_tf.benchmark import training  # pylint: disable=g-import-not-at-top
+    config = electra_configs.get_config("tiny")
+    config.train.remat = "all"
+    with pytest.raises(errors.UserError, match=r"^config.train.remat='all': choose one of"):
+        training.run(config, workdir=str(tmp_path / "bench"), seq_len=32)
+    assert not os.path.exists(tmp_path / "bench")
