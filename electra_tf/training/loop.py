@@ -48,10 +48,12 @@ def validate(config):
     lacks the later ones), every value in its range (`config_check`) or among its
     choices, the shape resolved and explicit, as config.json keeps it (a generator_init's
     generator: its own), the objective for its tie and algorithm, the generator mode, the
-    temperature schedule and the algorithm. Everything that needs no device, data or
-    workdir is checked here and nowhere else (what depends on the strategy, the Trainer
-    checks); the loop, `experiments/variants.py` and the training benchmark call it
-    before anything runs."""
+    temperature schedule and the algorithm. What needs no device, data or workdir is
+    checked here and not again (what depends on the strategy, the Trainer checks;
+    config.runtime.strategy and train.mixed_precision where `distribute` makes them,
+    for fine-tuning too, and train.optimizer where `optimizer` makes it); the loop,
+    `experiments/variants.py` and the training benchmark call it before anything
+    runs."""
     config = model_config.complete(config)
     config_check.check(config)
     for key, choices in _CHOICES:
