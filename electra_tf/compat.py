@@ -263,6 +263,16 @@ def masked_lm_head_parts(head) -> MaskedLMHeadParts:
                              getattr(head, "_kernel", None), head._bias)
 
 
+def no_autocast():
+    """The scope Keras' `Layer.__call__` enters for a layer that does not autocast
+    (`autocast=False`, e.g. keras-hub's `MaskedLMHead`) inside a mixed-precision layer's
+    call: float variables read as stored (float32), not cast to the compute dtype. Called
+    alone, Keras would read them in the compute dtype (it enters an autocast scope for
+    every layer whose compute and variable dtypes differ)."""
+    from keras.src import backend  # pylint: disable=g-import-not-at-top
+    return backend.AutocastScope(None)
+
+
 # ---------------------------------------------------------------------------------- TensorFlow
 def unfolded_shape(x):
     """`x`'s shape as a Shape op even where it is static (`tf.shape` then gives a constant):

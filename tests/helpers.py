@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from electra_tf.data import writer
+from electra_tf.model import context
 from electra_tf.text import corpus
 from electra_tf.text import tokenizer
 
@@ -299,3 +300,9 @@ def snapshot(path) -> dict:
             with open(full, "rb") as f:
                 files[os.path.relpath(full, path)] = f.read()
     return files
+
+
+def forward(model, batch, **fields) -> dict:
+    """One pass of `model`'s objective over `batch` in a `StepContext` of `fields`
+    (`uniform`, `training`, `seed`, `temperature`, ...)."""
+    return model.objective.forward(model, batch, context.StepContext(**fields))

@@ -25,6 +25,7 @@ import tensorflow as tf
 from electra_tf import cli
 from electra_tf import compat
 from electra_tf.data import order
+from electra_tf.model import context
 from electra_tf.model import dropout as dropout_lib
 from electra_tf.model import encoder as encoder_lib
 from electra_tf.model import remat
@@ -339,6 +340,35 @@ def test_our_masked_lm_head_goes_through_the_parts(monkeypatch):
     assert calls and all(c is head for c in calls) and logits.shape == (1, 2, 10)
 
 
+def test_no_autocast_reads_variables_as_stored_and_our_head_uses_it(monkeypatch):
+    """Under a bfloat16 policy a variable read inside `no_autocast` is float32, inside
+    Keras' autocast scope bfloat16; our MaskedLMHead reads its bias inside it, so its
+    logits are the same called alone or inside a mixed-precision layer's call."""
+    from keras.src import backend  # pylint: disable=g-import-not-at-top
+    from electra_tf.model import heads  # pylint: disable=g-import-not-at-top
+    variable = keras.Variable(np.full((3,), 1 + 2**-12, "float32"))
+    with backend.AutocastScope("bfloat16"):
+        assert keras.ops.convert_to_tensor(variable).dtype == "bfloat16"
+        with compat.no_autocast():
+            assert keras.ops.convert_to_tensor(variable).dtype == "float32"
+    embeddings = encoder_lib.Embeddings(vocabulary_size=10, embedding_size=8,
+                                        dtype="mixed_bfloat16")
+    embeddings.build((1, 4))
+    head = heads.masked_lm_head(embeddings, dtype="mixed_bfloat16")
+    inputs, positions = np.ones((1, 4, 16), "float32"), np.array([[1, 2]])
+    head(inputs, mask_positions=positions)
+    compat.masked_lm_head_parts(head).bias.assign(np.full((10,), 1 + 2**-12, "float32"))
+    alone = head(inputs, mask_positions=positions).numpy()
+    with backend.AutocastScope("bfloat16"):  # what a mixed model's call enters
+        enclosed = head(inputs, mask_positions=positions).numpy()
+    np.testing.assert_array_equal(alone, enclosed)
+    calls = []
+    real = compat.no_autocast
+    monkeypatch.setattr(compat, "no_autocast", lambda: calls.append(1) or real())
+    head(inputs, mask_positions=positions)
+    assert calls
+
+
 def _tiny_encoder():
     keras.utils.set_random_seed(0)
     embeddings = encoder_lib.Embeddings(vocabulary_size=12, embedding_size=8,
@@ -402,12 +432,12 @@ def test_a_swapped_dropout_has_what_hash_dropout_reads():
     out = layer(np.ones((1000,), "float32"), training=True).numpy()
     assert 0.4 < (out > 0).mean() < 0.6
     with pytest.raises(ValueError, match="needs a stream number"):
-        with dropout_lib.seeded([1, 2]):
+        with context.entered(context.StepContext(seed=[1, 2])):
             layer(np.ones((4,), "float32"), training=True)
 
 
 def test_selective_recomputation_runs_through_keras_attention(monkeypatch):
-    """In training under `recomputing("selective")` and `dropout.seeded`, Keras calls
+    """In training in a seeded step context with `remat="selective"`, Keras calls
     our attention core (`compat.AttentionCoreHook`), which projects inside the
     recomputation and hands the result to the output projection, whose input check
     Keras skips (`compat.SkippableInputCheck`); the feed-forward recomputes too."""
@@ -417,7 +447,7 @@ def test_selective_recomputation_runs_through_keras_attention(monkeypatch):
     handed = counting(monkeypatch, remat.OutputProjection, "pass_through")
     recomputed = counting(monkeypatch, tf, "recompute_grad")
     dropout_lib.number_streams(encoder)
-    with remat.recomputing("selective"), dropout_lib.seeded([1, 2]):
+    with context.entered(context.StepContext(seed=[1, 2], remat="selective")):
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(encoder(inputs, training=True))
     grads = tape.gradient(loss, encoder.trainable_variables)

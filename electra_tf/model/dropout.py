@@ -10,16 +10,18 @@ the murmur3 32-bit finaliser, a handful of integer ops that XLA fuses into the c
 (~0.1 ns per element). The keep probability is exact to 2^-32; masks are
 statistically independent across elements and calls (tests/model/test_dropout.py).
 Two sources for the seeds:
-- Inside `seeded(seed, replica)` (pre-training: the trainer's step seed), a layer's seed
-  is a stateless function of `seed` and the layer's `stream` number (`number_streams`),
-  and the element index is offset by `replica * size` (`replica`: which block of
+- Inside an encoder pass of a training step (the active `context.StepContext`, whose
+  `seed` the trainer derives from (run seed, step)), a layer's seed is a stateless
+  function of that seed and the layer's `stream` number (`number_streams`), and the
+  element index is offset by `block * size` (the context's `block`: which block of
   `size` elements of the global batch this call holds: the replica, or with gradient
   accumulation replica · N + micro-batch), so the mask of every element of
   the GLOBAL batch is a pure function of (run seed, step, layer, position): a resumed
   run draws exactly the masks of an uninterrupted one, and one replica or many draw the
   same masks for the same examples. (The index wraps at 2^32 elements per layer call.)
-- Elsewhere, two 32-bit seeds per call from the layer's `SeedGenerator`, as Keras'
-  `Dropout` would draw (every replica draws the same seeds then).
+- Elsewhere (no active context, or one without a seed), two 32-bit seeds per call from
+  the layer's `SeedGenerator`, as Keras' `Dropout` would draw (every replica draws the
+  same seeds then).
 
 Everything else is Keras' `Dropout`: same arguments, same `1 / (1 - rate)` scaling, a
 no-op outside training. `noise_shape` is not supported (nothing here uses it).
@@ -33,13 +35,11 @@ no-op outside training. `noise_shape` is not supported (nothing here uses it).
 [1.0, 1.0, 1.0]
 """
 
-import contextlib
-import threading
-
 import keras
 import tensorflow as tf
 
 from electra_tf import compat
+from electra_tf.model import context as context_lib
 
 _MIX1 = 0x85EBCA6B  # murmur3 fmix32 constants
 _MIX2 = 0xC2B2AE35
@@ -53,8 +53,6 @@ def _fmix32(h):
     h *= tf.constant(_MIX2, tf.uint32)
     return tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, tf.constant(16, tf.uint32)))
 
-
-_SEEDED = threading.local()  # (seed, replica) of the innermost `seeded` block, or None
 
 
 def random_bits(shape, seed, offset=0) -> tf.Tensor:
@@ -93,20 +91,21 @@ class HashDropout(keras.layers.Dropout):
         `like` of `inputs`' shape, gives the bool mask of the elements kept, the same at
         every call (one draw of the seeds): a backward pass can draw it again instead
         of keeping it (`attention.core`)."""
-        seeded_by = getattr(_SEEDED, "value", None)
-        if seeded_by is None:
+        context = context_lib.active()
+        if context is None or context.seed is None:
             seed = keras.random.randint([2], -2**31, 2**31 - 1, dtype="int32",
                                         seed=self.seed_generator)
             offset = 0
         else:
             if self.stream is None:
-                raise ValueError(f"{self.path}: a HashDropout inside `seeded()` needs a "
-                                 "stream number: call `number_streams(model)` once built")
-            step_seed, replica = seeded_by
+                raise ValueError(f"{self.path}: a HashDropout in a seeded step context "
+                                 "needs a stream number: call `number_streams(model)` once "
+                                 "built")
+            step_seed = tf.cast(context.seed, tf.int64)
             seed = tf.random.stateless_uniform(
                 [2], tf.random.experimental.stateless_fold_in(step_seed, self.stream),
                 minval=None, maxval=None, dtype=tf.int32)
-            offset = tf.cast(replica, tf.uint32) * tf.cast(tf.size(inputs), tf.uint32)
+            offset = tf.cast(context.block, tf.uint32) * tf.cast(tf.size(inputs), tf.uint32)
         threshold = tf.constant(min(round(self.rate * 2**32), 2**32 - 1), tf.uint32)
 
         def keep(like):
@@ -145,20 +144,3 @@ def number_streams(model: keras.layers.Layer) -> int:
             count += 1
     return count
 
-
-def current():
-    """The (seed, replica) of the innermost `seeded` block being traced, or None."""
-    return getattr(_SEEDED, "value", None)
-
-
-@contextlib.contextmanager
-def seeded(seed, replica=0):
-    """Within the block, numbered `HashDropout`s draw stateless masks from `seed` (a [2]
-    integer tensor, e.g. (run seed, step)) and this `replica`'s rows of the global batch
-    (see the module docstring). Enter it where the model is called (while tracing)."""
-    previous = getattr(_SEEDED, "value", None)
-    _SEEDED.value = (tf.convert_to_tensor(seed, tf.int64), replica)
-    try:
-        yield
-    finally:
-        _SEEDED.value = previous

@@ -47,10 +47,16 @@ class MaskedLMHead(keras_hub.layers.MaskedLMHead):
     keras-hub adds its float32 bias to float16/bfloat16
     outputs (its layer does not autocast), which TF refuses: the `AddV2` of a half and
     a float tensor. Here the bias is added in float32, so the logits, which a softmax
-    reads next, come out float32. Same variables, same names, same float32 results.
+    reads next, come out float32. Same variables, same names, same float32 results. Its
+    variables are read as stored (`compat.no_autocast`) whether or not a mixed-precision
+    layer's call encloses the head: the bias is not rounded to the compute dtype.
     """
 
     def call(self, inputs, mask_positions):
+        with compat.no_autocast():
+            return self._logits(inputs, mask_positions)
+
+    def _logits(self, inputs, mask_positions):
         # [batch, P, H] by int32 indices: Keras' take_along_axis casts them to int64 and
         # broadcasts them to [batch, P, H] (int64 is emulated on TPUs).
         x = tf.gather(inputs, tf.cast(mask_positions, tf.int32), batch_dims=1)

@@ -17,27 +17,30 @@ the discriminator (`embeddings` + `discriminator`) is the product; the generator
 That is the `electra` objective. `objective` (`model/objectives/`) chooses the forward
 pass, the main encoder's head (`discriminator_head`: the RTD head, or an MLM head) and
 whether a generator is built (`mlm` has none); the pre-trainer offers the passes
-(`generate`, `encode`) the objectives combine. The main encoder keeps the name
-`discriminator` under every objective: fine-tuning and export take it.
+(`generate`, `generator_pass`, `sample`, `encode`) the objectives combine: a pass over a
+batch is `objective.forward(model, batch, context)`, the `context.StepContext` carrying
+the step's noise, dropout seed, temperature and recomputation mode. The main encoder keeps
+the name `discriminator` under every objective: fine-tuning and export take it.
 
 >>> import numpy as np
 >>> from electra_tf.model import sizes
 >>> tiny = sizes.SIZES["tiny"]
 >>> model = ElectraPretrainer(30, sizes.ModelShape(tiny, sizes.generator_size(tiny, 0.5)))
+>>> model = model.build_for(seq_length=8, num_predictions=2)
 >>> batch = dummy_batch(batch_size=2, seq_length=8, num_predictions=2)
->>> outputs = model(batch, uniform=np.full((2, 2), 0.5, "float32"))
+>>> noise = context_lib.StepContext(uniform=np.full((2, 2), 0.5, "float32"))
+>>> outputs = model.objective.forward(model, batch, noise)
 >>> outputs["mlm_logits"].shape, outputs["disc_logits"].shape
 (TensorShape([2, 2, 30]), TensorShape([2, 8]))
 >>> model.generator.embeddings is model.discriminator.embeddings
 True
 """
 
-import contextlib
-
 import keras
 import numpy as np
 import tensorflow as tf
 
+from electra_tf.model import context as context_lib
 from electra_tf.model import dropout as dropout_lib
 from electra_tf.model import encoder
 from electra_tf.model import heads
@@ -49,9 +52,10 @@ from electra_tf.model import sizes
 class ElectraPretrainer(keras.Model):
     """The ELECTRA generator and discriminator, trained jointly.
 
-    Inputs: a batch dict from `electra_tf.data.pipeline` (`input_ids`, `input_mask`,
-    `segment_ids`, `masked_input_ids`, `masked_lm_positions`, `masked_lm_ids`,
-    `masked_lm_weights`) and `uniform`, `[B, P]` numbers that drive the sampling.
+    A pass: `objective.forward(model, batch, context)` over a batch dict from
+    `electra_tf.data.pipeline` (`input_ids`, `input_mask`, `segment_ids`,
+    `masked_input_ids`, `masked_lm_positions`, `masked_lm_ids`, `masked_lm_weights`) in a
+    `context.StepContext` (its `uniform`: `[B, P]` numbers that drive the sampling).
     Outputs (objective `electra`): `mlm_logits` [B, P, V], `sampled_ids` [B, P],
     `corrupted_ids` [B, S], `is_replaced` [B, S] (float32 0/1), `disc_logits` [B, S]
     (float32); other objectives' are in their modules.
@@ -140,36 +144,20 @@ class ElectraPretrainer(keras.Model):
         return self.shape.max_positions
 
     # === Forward ===
-    def call(self, batch, uniform=None, dropout_seed=None, replica=0, temperature=None,
-             training=None):
-        """`uniform`: [B, P] noise for the sampling (drawn here if None).
-        `dropout_seed`: a [2] integer tensor that makes every dropout mask a stateless
-        function of it (`dropout.seeded`), for `replica`'s rows of the global batch.
-        `temperature`: the sampling temperature of this step (a scalar tensor: the
-        trainer's schedule), default the model's `temperature`."""
-        return self.objective.forward(self, batch, uniform, training, dropout_seed, replica,
-                                      self.temperature if temperature is None else temperature)
+    def _as_input(self, value):
+        """`value` (a float tensor or array) as Keras converts a model call's inputs:
+        in the compute dtype under a mixed-precision policy (the sampling noise and
+        temperature are rounded to it, as when they were the model's call arguments)."""
+        return self.dtype_policy.convert_input(value, self.autocast, self.input_dtype)
 
-    def _seeded(self, dropout_seed, replica, salt):
-        """The dropout context of one encoder pass. The generator's pass folds in a salt:
-        the layers both passes share (the embeddings; every block under tie='all') would
-        otherwise draw the same masks twice in one step."""
-        if dropout_seed is None:
-            return contextlib.nullcontext()
-        seed = tf.cast(dropout_seed, tf.int64)
-        if salt:
-            seed = tf.cast(tf.random.experimental.stateless_fold_in(seed, salt), tf.int64)
-        return dropout_lib.seeded(seed, replica)
-
-    def generate(self, batch, uniform, training, dropout_seed=None, replica=0,
-                 temperature=1.0) -> dict:
-        """The generator's pass and its samples at `temperature`: `mlm_logits` [B, P, V],
-        `sampled_ids` [B, P], `corrupted_ids` [B, S] (the masked input with the samples
-        in place), `is_replaced` [B, S], `generator_hidden` [B, P, Hg] (its last layer at
-        the masked positions) and `temperature` (a float32 scalar)."""
+    def generate(self, batch, context: context_lib.StepContext) -> dict:
+        """The generator's pass and its samples at the context's temperature:
+        `mlm_logits` [B, P, V], `sampled_ids` [B, P], `corrupted_ids` [B, S] (the masked
+        input with the samples in place), `is_replaced` [B, S], `generator_hidden`
+        [B, P, Hg] (its last layer at the masked positions) and `temperature` (a float32
+        scalar)."""
         # Generator: MLM at the masked positions only (never over all S tokens).
-        generated = self.generator_pass(batch["masked_input_ids"], batch, training,
-                                        dropout_seed, replica)
+        generated = self.generator_pass(batch["masked_input_ids"], batch, context)
         mlm_logits = tf.cast(self.generator_head(
             generated, mask_positions=batch["masked_lm_positions"]), tf.float32)  # [B, P, V]
         # The generator's states at the masked positions: the adversarial algorithm's
@@ -177,29 +165,36 @@ class ElectraPretrainer(keras.Model):
         hidden = tf.gather(generated, tf.cast(batch["masked_lm_positions"], tf.int32),
                            batch_dims=1)                                        # [B, P, Hg]
         return {"mlm_logits": mlm_logits, "generator_hidden": hidden,
-                **self.sample(batch, mlm_logits, uniform, temperature)}
+                **self.sample(batch, mlm_logits, context)}
 
-    def generator_pass(self, token_ids, batch, training, dropout_seed=None, replica=0):
+    def generator_pass(self, token_ids, batch, context: context_lib.StepContext):
         """The generator's encoder over `token_ids` [B, S] with the batch's segments and
-        padding. A frozen one is a fixed language model: no dropout."""
-        with self._seeded(dropout_seed, replica, salt=1):
+        padding. A frozen one is a fixed language model: no dropout. Its dropout seed is
+        the context's salted (`StepContext.salted`): the layers both passes share (the
+        embeddings; every block under tie='all') would otherwise draw the same masks
+        twice in one step."""
+        with context_lib.entered(context.salted(1)):
             return self.generator({"token_ids": token_ids,
                                    "segment_ids": batch["segment_ids"],
                                    "padding_mask": batch["input_mask"]},
-                                  training=training and self.generator_trainable)
+                                  training=context.training and self.generator_trainable)
 
-    def sample(self, batch, mlm_logits, uniform, temperature) -> dict:
-        """Samples of `mlm_logits` [B, P, V] at `temperature` put in place of the masked
-        positions: `sampled_ids` [B, P], `corrupted_ids` [B, S], `is_replaced` [B, S] and
-        `temperature` (a float32 scalar)."""
+    def sample(self, batch, mlm_logits, context: context_lib.StepContext) -> dict:
+        """Samples of `mlm_logits` [B, P, V] at the context's temperature (else the
+        model's), driven by its `uniform` noise (else drawn here), put in place of the
+        masked positions: `sampled_ids` [B, P], `corrupted_ids` [B, S], `is_replaced`
+        [B, S] and `temperature` (a float32 scalar)."""
         input_ids = batch["input_ids"]
         padding_mask = batch["input_mask"]
         # Sampling. The discriminator's loss must not train the generator (the paper
         # trains it by MLM only, and sampling is not differentiable anyway): stop here.
         # (The adversarial algorithm differentiates log p of the samples, not them.)
-        if uniform is None:
+        if context.uniform is None:
             uniform = tf.random.uniform(tf.shape(batch["masked_lm_ids"]))
-        temperature = tf.cast(temperature, tf.float32)
+        else:
+            uniform = self._as_input(context.uniform)
+        temperature = tf.cast(self.temperature if context.temperature is None
+                              else self._as_input(context.temperature), tf.float32)
         sampled_ids = sampling.sample(
             tf.stop_gradient(mlm_logits), uniform, temperature,
             batch["masked_lm_ids"] if self.disallow_correct else None)          # [B, P]
@@ -212,20 +207,28 @@ class ElectraPretrainer(keras.Model):
         return {"sampled_ids": sampled_ids, "corrupted_ids": corrupted_ids,
                 "is_replaced": is_replaced, "temperature": temperature}
 
-    def encode(self, token_ids, batch, training, dropout_seed=None, replica=0):
+    def encode(self, token_ids, batch, context: context_lib.StepContext):
         """The main encoder's (`discriminator`'s) pass over `token_ids` [B, S] with the
         batch's segments and padding: [B, S, H]."""
-        with self._seeded(dropout_seed, replica, salt=0):
+        with context_lib.entered(context):
             return self.discriminator({"token_ids": token_ids,
                                        "segment_ids": batch["segment_ids"],
                                        "padding_mask": batch["input_mask"]},
-                                      training=training)
+                                      training=context.training)
+
+    def build(self, input_shape):
+        """Creates every variable, in the model's name scope (Keras' build): one pass of
+        the objective, not in training, over a dummy batch of `input_shape`,
+        (sequence length, predictions per sequence). `build_for` calls it."""
+        seq_length, num_predictions = input_shape
+        self.objective.forward(
+            self, dummy_batch(1, seq_length, num_predictions),
+            context_lib.StepContext(uniform=np.zeros((1, num_predictions), "float32")))
 
     def build_for(self, seq_length: int, num_predictions: int):
         """Creates every variable (eagerly, e.g. inside `strategy.scope()`); a frozen
         generator's are then made non-trainable."""
-        self(dummy_batch(1, seq_length, num_predictions),
-             uniform=np.zeros((1, num_predictions), "float32"), training=False)
+        self.build((seq_length, num_predictions))
         dropout_lib.number_streams(self)
         if not self.generator_trainable:
             # config.train.generator=frozen (tie=none): no gradient and no optimizer slot

@@ -15,8 +15,9 @@ instead of keeping it from the forward pass.
     (Korthikanti et al., 2022), and the output projection with it (`OutputProjection`),
     so that the context it reads (`[B, S, H]`) is not kept for its kernel's gradient
     either (two more `[B, heads, S, S]` matmuls per block, ~3% of Small's FLOPs). Only
-    with `HashDropout` inside `dropout.seeded`, whose masks are functions of the step,
-    not of a state, so the recomputation draws the same masks; elsewhere it keeps them.
+    with `HashDropout` in a step context with a seed (`model/context.py`), whose masks
+    are functions of the step, not of a state, so the recomputation draws the same
+    masks; elsewhere it keeps them.
   Both go through `tf.recompute_grad`, which makes the recomputation's input depend on
   the incoming gradient: with a plain `tf.custom_gradient` XLA merged the copy with the
   forward's (common subexpressions) or scheduled it in the forward pass, and kept the
@@ -31,9 +32,10 @@ instead of keeping it from the forward pass.
   (BENCHMARKS.md, "Memory"). The log line and the benchmark's JSON give the choice and
   the estimate.
 
-Inside `recomputing(mode)` (entered where the training step traces the model, as
-`dropout.seeded` is) the layers read the mode; outside it (evaluation, export,
-fine-tuning) nothing is recomputed. Forward values are the same in every mode; gradients
+The layers read the mode from the active step context (`context.active().remat`,
+`model/context.py`: the training step's context, entered by the model around each encoder
+pass, which also seeds the dropout masks); without one (evaluation, export, fine-tuning)
+nothing is recomputed. Forward values are the same in every mode; gradients
 the same up to float rounding.
 
 Why not Keras' `RematScope` for `blocks`: on the TensorFlow backend it wraps `call` in
@@ -42,7 +44,7 @@ Why not Keras' `RematScope` for `blocks`: on the TensorFlow backend it wraps `ca
 eager execution is enabled"). Here the block's only argument is its input; the mask and
 `training` are closed over. The recomputed pass draws the same dropout masks, since
 `HashDropout`'s masks are functions of (step seed, layer, position), not of a state
-(the recomputation re-enters the `dropout.seeded` context of the forward call).
+(the recomputation re-enters the step context of the forward call).
 
 >>> import numpy as np
 >>> import keras_hub
@@ -58,41 +60,28 @@ eager execution is enabled"). Here the block's only argument is its input; the m
 True
 """
 
-import contextlib
 import math
-import threading
 
 import keras
 import tensorflow as tf
 
 from electra_tf import compat
 from electra_tf.model import attention
+from electra_tf.model import context as context_lib
 from electra_tf.model import dropout as dropout_lib
 
-MODES = ("none", "selective", "blocks")
+MODES = context_lib.REMAT_MODES  # a step context's `remat`
 CHOICES = ("auto",) + MODES  # config.train.remat
 # `auto` chooses `none` where the estimate takes at most this share of what the weights
 # and optimizer state leave of the device's memory: XLA's temporaries, the allocator's
 # fragmentation and the input pipeline's buffers need the rest.
 HEADROOM = 0.6
-_MODE = threading.local()
-
-
-@contextlib.contextmanager
-def recomputing(mode: str):
-    """Within the block (while tracing), the model recomputes what `mode` says."""
-    if mode not in MODES:
-        raise ValueError(f"`mode` must be one of {', '.join(MODES)}. Received: `mode={mode!r}`")
-    previous = _mode()
-    _MODE.value = mode
-    try:
-        yield
-    finally:
-        _MODE.value = previous
 
 
 def _mode() -> str:
-    return getattr(_MODE, "value", "none")
+    """The active step context's recomputation mode; `none` without one."""
+    context = context_lib.active()
+    return "none" if context is None else context.remat
 
 
 def activation_bytes(encoders, batch: int, seq_len: int, value_bytes: int,
@@ -182,7 +171,7 @@ def prepare(block) -> None:
 @keras.saving.register_keras_serializable(package="electra_tf")
 class ActivationFirstDense(keras.layers.Dense):
     """`keras.layers.Dense` of `input_activation(inputs)`: `activation(x) · W + b`. Under
-    `recomputing("selective")` in training its gradient keeps `x` only (the module
+    a step context's `remat="selective"` in training its gradient keeps `x` only (the module
     docstring). No activation after, no LoRA, no quantization (the feed-forward's output
     Dense has none of them)."""
 
@@ -218,8 +207,8 @@ class SelectiveAttention(compat.AttentionCoreHook, keras.layers.MultiHeadAttenti
     """Keras' `MultiHeadAttention` with our attention core (`attention.core`: fewer
     passes over `[B, heads, S, S]`, the same function), whose core and output projection
     (an `OutputProjection`) are recomputed in the backward pass under
-    `recomputing("selective")` in training, with `HashDropout` inside `dropout.seeded`
-    (the module docstring). Keras' own core where ours does not apply (attention scores
+    a step context's `remat="selective"` in training, with `HashDropout` and the
+    context's seed (the module docstring). Keras' own core where ours does not apply (attention scores
     returned, a causal mask, Keras' stateful `Dropout`, other attention axes)."""
 
     def attention_core(self, query, key, value, attention_mask=None, training=None,
@@ -237,13 +226,14 @@ class SelectiveAttention(compat.AttentionCoreHook, keras.layers.MultiHeadAttenti
         def parent(q, k, v):
             return self.core(q, k, v, attention_mask, training)
 
-        seeded_by = dropout_lib.current()
-        if not training or _mode() != "selective" or seeded_by is None:
+        captured = context_lib.active()
+        if (not training or captured is None or captured.remat != "selective"
+                or captured.seed is None):
             return parent(query, key, value), None
         projection = self.output_dense
         if not (isinstance(projection, OutputProjection) and projection.plain
                 and not compat.attention_gated(self)):
-            return _recompute(parent, seeded_by, query, key, value), None
+            return _recompute(parent, captured, query, key, value), None
 
         # The output projection too, so that its input (the context, [B, S, H]) is not
         # kept for its kernel's gradient either: the recomputed ·V is then used, not
@@ -251,7 +241,7 @@ class SelectiveAttention(compat.AttentionCoreHook, keras.layers.MultiHeadAttenti
         # projection untouched.
         def projected_core(q, k, v, kernel, *bias):
             return projection.project(parent(q, k, v), kernel, *bias)
-        output = _recompute(projected_core, seeded_by, query, key, value,
+        output = _recompute(projected_core, captured, query, key, value,
                             *weights_as_tensors(projection))
         projection.pass_through(output)
         return output, None
@@ -313,25 +303,25 @@ def weights_as_tensors(layer) -> tuple:
     return (kernel,) if layer.bias is None else (kernel, tf.convert_to_tensor(layer.bias))
 
 
-def _recompute(fn, seeded_by, *args):
-    """`fn(*args)` through `tf.recompute_grad`, the recomputation in the `dropout.seeded`
-    context `seeded_by` of the forward call (captured by the caller: the backward pass is
-    traced after that context has closed), so that it draws the same masks."""
+def _recompute(fn, captured, *args):
+    """`fn(*args)` through `tf.recompute_grad`, the recomputation in the step context
+    `captured` of the forward call (captured by the caller: the backward pass is traced
+    after that context has closed), so that it draws the same masks."""
     def run(*inputs):
-        with dropout_lib.seeded(*seeded_by):
+        with context_lib.entered(captured):
             return fn(*inputs)
     return tf.recompute_grad(run)(*args)
 
 
 def call_block(block, x, padding_mask, training):
     """`block(x, padding_mask=..., training=...)`, recomputed in the backward pass under
-    `recomputing("blocks")`, with the same dropout masks (`_recompute`); without a
-    `dropout.seeded` context masks would be drawn afresh: an error."""
+    a step context's `remat="blocks"`, with the same dropout masks (`_recompute`);
+    without the context's seed masks would be drawn afresh: an error."""
     if not (training and _mode() == "blocks"):
         return block(x, padding_mask=padding_mask, training=training)
-    seeded_by = dropout_lib.current()
-    if seeded_by is None:
-        raise ValueError(f"{block.name}: recomputing a block in training needs "
-                         "`dropout.seeded` (stateless masks), or its dropout would differ")
+    captured = context_lib.active()
+    if captured.seed is None:
+        raise ValueError(f"{block.name}: recomputing a block in training needs a step "
+                         "context's seed (stateless masks), or its dropout would differ")
     return _recompute(lambda inputs: block(inputs, padding_mask=padding_mask,
-                                           training=training), seeded_by, x)
+                                           training=training), captured, x)

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf.data import pipeline
+from electra_tf.model import context
 from electra_tf.text import tokenizer
 
 
@@ -82,9 +83,9 @@ def predict_fn(model, temperature=None):
     """The model's forward pass without dropout, compiled once: `(batch, uniform) →
     outputs` (eager calls would run op by op on an accelerator), sampling at
     `temperature()` (a training run's current one) or the model's own."""
-    return tf.function(lambda batch, uniform: model(
-        batch, uniform=uniform, temperature=temperature() if temperature else None,
-        training=False))
+    return tf.function(lambda batch, uniform: model.objective.forward(
+        model, batch, context.StepContext(
+            uniform=uniform, temperature=temperature() if temperature else None)))
 
 
 def summary_line(tokens: list[Token]) -> str:

@@ -20,14 +20,20 @@ made (`train_loop`). The loop ends early, at a step boundary, when SIGTERM has s
 the whole step compiled on one device (a GPU), the loop itself runs inside XLA, one
 launch per loop (`_compile_xla_loop`), and sees `stop_requested` at the launch.
 
+What a step's pass needs besides its batch is one immutable value, the step context
+(`model/context.py`), built once per step by `step_context` and handed down as one
+argument: `objective.forward(model, batch, context)` runs the model's passes in it, and
+the dropout and recomputing layers read it (`context.active()`). A micro-batch takes its
+rows' block and noise from it (`StepContext.for_block`).
+
 Every random draw of step t is a function of (seed, t), so a resumed run repeats an
 uninterrupted one: the sampling noise is made of stateless integer draws `[global_batch,
 P]` seeded by (seed, t), of which each replica (and micro-batch) takes its rows, and the
 dropout masks are stateless hashes of (seed, t, layer, global element index)
-(`model/dropout.py`); both are therefore also the same whatever the number of replicas
-or micro-batches. The sampling temperature is a function of t too (`temperature`,
-config.model.temperature_schedule). The masks of the data are functions of (seed, batch index)
-(`data/pipeline.py`).
+(`model/dropout.py`, the context's `seed` and `block`); both are therefore also the same
+whatever the number of replicas or micro-batches. The sampling temperature is a function
+of t too (`temperature`, config.model.temperature_schedule). The masks of the data are
+functions of (seed, batch index) (`data/pipeline.py`).
 """
 
 import keras
@@ -37,6 +43,7 @@ from absl import logging
 from electra_tf import errors
 from electra_tf import model_config
 from electra_tf import progress
+from electra_tf.model import context as context_lib
 from electra_tf.model import remat
 from electra_tf.training import algorithms
 from electra_tf.training import distribute
@@ -153,17 +160,10 @@ class Trainer:
         batch (up to float rounding), and the metrics are the same."""
         variables = self.algorithm.variables(self.model, stage)
         counts = self._global_counts(batch)
-        uniform = self._uniform(self.config.train.seed, step)
-        dropout_seed = tf.stack([tf.constant(self.config.train.seed, tf.int64),
-                                 tf.cast(step, tf.int64)])
-        replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group,
-                          tf.int32)
-        temperature = self.temperature(step)
+        context = self.step_context(step, stage)
         n = self.accumulation_steps
         if n == 1:
-            grads, outputs, values = self._forward_backward(batch, uniform, counts,
-                                                            dropout_seed, replica, stage,
-                                                            temperature)
+            grads, outputs, values = self._forward_backward(batch, counts, context)
             # Dense, as the accumulated sum is: the norm (clipping, grad_norm) of an
             # IndexedSlices gradient would count its repeated rows one by one.
             grads = [tf.zeros(v.shape, v.dtype) if g is None else tf.convert_to_tensor(g)
@@ -173,14 +173,15 @@ class Trainer:
         else:
             def split(t):  # [n · size, ...] → [n, size, ...]: static micro-batch shapes
                 return tf.reshape(t, [n, self.local_batch // n] + t.shape[1:].as_list())
-            batches, uniforms = {k: split(t) for k, t in batch.items()}, split(uniform)
+            batches = {k: split(t) for k, t in batch.items()}
+            uniforms = split(context.uniform)
             grads = [tf.zeros(v.shape, v.dtype) for v in variables]
             values = {k: tf.constant(0.0) for k in ("loss", *self.objective.loss_names)}
             for micro in tf.range(n):
                 micro_batch = {k: t[micro] for k, t in batches.items()}
                 micro_grads, outputs, micro_values = self._forward_backward(
-                    micro_batch, uniforms[micro], counts, dropout_seed, replica * n + micro,
-                    stage, temperature)
+                    micro_batch, counts,
+                    context.for_block(context.block * n + micro, uniforms[micro]))
                 grads = [_add_gradient(g, m) for g, m in zip(grads, micro_grads)]
                 values = {k: values[k] + micro_values[k] for k in values}
                 if metrics is not None:
@@ -188,33 +189,39 @@ class Trainer:
         # Sum over replicas here (not in Keras) so that clipping sees the global gradient.
         return tf.distribute.get_replica_context().all_reduce(SUM, grads), values
 
-    def _forward_backward_pass(self, batch, uniform, counts, dropout_seed, block, stage,
-                               temperature):
-        """forward → loss → gradients of one (micro-)batch: (gradients of the stage's
-        variables, the outputs the metrics read, loss values with the differentiated
-        loss as `loss`). `block`: which
-        `len(batch)`-row block of the global batch this is, for the dropout masks (the
-        replica; with accumulation, replica · N + micro-batch); `temperature`: the
-        step's sampling temperature (a scalar tensor)."""
-        variables = self.algorithm.variables(self.model, stage)
-        # The model seeds each pass's masks from dropout_seed (the generator's salted);
-        # what remat recomputes redraws the masks of its forward call.
-        with remat.recomputing(self.remat):
-            with tf.GradientTape() as tape:
-                outputs = self.model(batch, uniform=uniform, dropout_seed=dropout_seed,
-                                     replica=block, temperature=temperature, training=True)
-                loss, values = self.objective.loss(outputs, batch, *counts)
-                loss, values = self.algorithm.loss(self.objective, loss, values, stage,
-                                                   outputs, batch, counts[0])
-                values = {**values, "loss": loss}
-                # Keep only what the metrics read: never return [B, P, V] logits from XLA.
-                compact = self.objective.compact(outputs)
-                scaled = self.stage_optimizer(stage).scale_loss(loss)  # float16 scaling
-            return tape.gradient(scaled, variables), compact, values
+    def step_context(self, step, stage: str) -> context_lib.StepContext:
+        """The context of this replica's rows at `step` (built once per step): the
+        dropout seed (run seed, step), this replica's rows of the step's sampling noise,
+        the replica as the block, the step's temperature, `stage`, training and the
+        run's recomputation mode."""
+        seed = self.config.train.seed
+        replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group,
+                          tf.int32)
+        return context_lib.StepContext.for_step(
+            seed, step, training=True, uniform=self._uniform(seed, step), block=replica,
+            temperature=self.temperature(step), stage=stage, remat=self.remat)
 
-    def _forward_pass(self, batch, uniform, counts, temperature):
-        outputs = self.model(batch, uniform=uniform, dropout_seed=None, replica=0,
-                             temperature=temperature, training=False)
+    def _forward_backward_pass(self, batch, counts, context):
+        """forward → loss → gradients of one (micro-)batch in `context` (its rows'
+        block and noise): (gradients of the context's stage's variables, the outputs the
+        metrics read, loss values with the differentiated loss as `loss`)."""
+        stage = context.stage
+        variables = self.algorithm.variables(self.model, stage)
+        # The model seeds each pass's masks from the context's seed (the generator's
+        # salted); what remat recomputes redraws the masks of its forward call.
+        with tf.GradientTape() as tape:
+            outputs = self.objective.forward(self.model, batch, context)
+            loss, values = self.objective.loss(outputs, batch, *counts)
+            loss, values = self.algorithm.loss(self.objective, loss, values, stage,
+                                               outputs, batch, counts[0])
+            values = {**values, "loss": loss}
+            # Keep only what the metrics read: never return [B, P, V] logits from XLA.
+            compact = self.objective.compact(outputs)
+            scaled = self.stage_optimizer(stage).scale_loss(loss)  # float16 scaling
+        return tape.gradient(scaled, variables), compact, values
+
+    def _forward_pass(self, batch, counts, context):
+        outputs = self.objective.forward(self.model, batch, context)
         _, values = self.objective.loss(outputs, batch, *counts)
         return self.objective.compact(outputs), values
 
@@ -374,9 +381,10 @@ class Trainer:
             counts = self._global_counts(batch)
             # A fixed noise stream per evaluation batch: evaluations are comparable. The
             # temperature is the current step's: the held-out loss is the training loss.
-            uniform = self._uniform(self.config.train.seed + 1, index)
-            outputs, values = self._forward(batch, uniform, counts,
-                                            self.temperature(self.step.value()))
+            context = context_lib.StepContext(
+                uniform=self._uniform(self.config.train.seed + 1, index),
+                temperature=self.temperature(self.step.value()))
+            outputs, values = self._forward(batch, counts, context)
             self.eval_metrics.update(batch, outputs, values)
         with tracebacks.short_tracebacks():
             self.strategy.run(replica_fn, args=(batch, index))

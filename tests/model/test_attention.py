@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from electra_tf import compat
 from electra_tf.model import attention
+from electra_tf.model import context
 from electra_tf.model import dropout as dropout_lib
 from electra_tf.model import encoder as encoder_lib
 from electra_tf.model import remat
@@ -42,7 +43,7 @@ def _step(encoder, mode="none"):
 
     @tf.function(jit_compile=True)
     def step(inputs, seed):
-        with remat.recomputing(mode), dropout_lib.seeded(seed):
+        with context.entered(context.StepContext(seed=seed, remat=mode)):
             with tf.GradientTape() as tape:
                 output = tf.cast(encoder(inputs, training=True), tf.float32)
                 loss = tf.reduce_sum(output * weights)

@@ -12,7 +12,7 @@ from configs import electra as electra_configs
 from electra_tf import compat
 from electra_tf import errors
 from electra_tf import model_config
-from electra_tf.model import dropout
+from electra_tf.model import context
 from electra_tf.model import flops
 from electra_tf.model import objectives
 from electra_tf.model import remat
@@ -35,11 +35,11 @@ def _uniform():
 
 def test_the_towers_never_read_the_token_they_predict(model):
     b = test_objectives.batch()
-    before = model(b, uniform=_uniform(), training=False)["cloze_logits"].numpy()
+    before = helpers.forward(model, b, uniform=_uniform(), training=False)["cloze_logits"].numpy()
     t = 3
     changed = dict(b, input_ids=b["input_ids"].copy())
     changed["input_ids"][:, t] = (changed["input_ids"][:, t] + 7) % (V - 5) + 5
-    after = model(changed, uniform=_uniform(), training=False)["cloze_logits"].numpy()
+    after = helpers.forward(model, changed, uniform=_uniform(), training=False)["cloze_logits"].numpy()
     np.testing.assert_array_equal(after[:, t], before[:, t])  # q at t: not moved at all
     for neighbour in (t - 1, t + 1):  # the positions that read token t did move
         assert np.abs(after[:, neighbour] - before[:, neighbour]).max() > 1e-4
@@ -54,7 +54,7 @@ def test_no_candidate_reads_its_own_token_at_any_position(model):
     seed = tf.constant([3, 4], tf.int64)
 
     def cloze(batch):
-        with dropout.seeded(seed):
+        with context.entered(context.StepContext(seed=seed)):
             return model.generator({"token_ids": batch["input_ids"],
                                     "segment_ids": batch["segment_ids"],
                                     "padding_mask": batch["input_mask"]},
@@ -82,7 +82,7 @@ def test_every_sampled_position_is_noise_even_where_the_sample_is_the_original(m
     saved = bias.numpy()
     bias.assign(np.where(np.arange(V) == favourite, 100.0, 0.0).astype("float32"))
     try:
-        outputs = model(b, uniform=_uniform(), training=False)
+        outputs = helpers.forward(model, b, uniform=_uniform(), training=False)
     finally:
         bias.assign(saved)
     weights = b["masked_lm_weights"] > 0
@@ -96,7 +96,7 @@ def test_every_sampled_position_is_noise_even_where_the_sample_is_the_original(m
 
 def test_discriminator_logits_are_energy_plus_log_q_plus_prior_odds(model):
     b = test_objectives.batch()
-    outputs = model(b, uniform=_uniform(), training=False)
+    outputs = helpers.forward(model, b, uniform=_uniform(), training=False)
     corrupted = outputs["corrupted_ids"]
     sequence = model.discriminator({"token_ids": corrupted, "segment_ids": b["segment_ids"],
                                     "padding_mask": b["input_mask"]}, training=False)
@@ -112,7 +112,7 @@ def test_the_losses_count_real_tokens_and_never_padding(model):
     cross-entropy of the whole logit against noise labels, mean over the real tokens;
     total: cloze + disc_weight · rtd. Logits at padding change nothing."""
     b = test_objectives.batch()
-    outputs = model(b, uniform=_uniform(), training=False)
+    outputs = helpers.forward(model, b, uniform=_uniform(), training=False)
     mask = b["input_mask"].astype("float64")
     log_q = tf.nn.log_softmax(outputs["cloze_logits"]).numpy().astype("float64")
     original = np.take_along_axis(log_q, b["input_ids"][..., None], -1)[..., 0]
@@ -136,7 +136,7 @@ def test_the_discriminator_loss_never_trains_the_towers(model):
     towers = [v for tower in (model.generator.ltr, model.generator.rtl)
               for block in tower.blocks for v in block.trainable_variables]
     with tf.GradientTape() as tape:
-        outputs = model(b, uniform=_uniform(), training=True)
+        outputs = helpers.forward(model, b, uniform=_uniform(), training=True)
         _, values = model.objective.loss(outputs, b)
     grads = tape.gradient(values["rtd_loss"], towers + model.discriminator.trainable_variables)
     assert all(g is None for g in grads[:len(towers)])
@@ -193,23 +193,25 @@ def test_the_towers_seeded_dropout_is_a_function_of_the_seed():
     b = test_objectives.batch()
 
     def towers(seed):
-        with dropout.seeded(tf.constant(seed, tf.int64)):
+        with context.entered(context.StepContext(seed=tf.constant(seed, tf.int64))):
             return model.generator({"token_ids": b["input_ids"],
                                     "segment_ids": b["segment_ids"],
                                     "padding_mask": b["input_mask"]}, training=True).numpy()
     first, again, other = towers([1, 2]), towers([1, 2]), towers([1, 3])
     np.testing.assert_array_equal(first, again)
     assert np.abs(first - other).max() > 1e-3
-    loss = model.objective.loss(model(b, uniform=_uniform(), dropout_seed=tf.constant([1, 2]),
-                                      training=True), b)[0]
+    loss = model.objective.loss(helpers.forward(model, b, uniform=_uniform(),
+                                                seed=tf.constant([1, 2]), training=True),
+                                b)[0]
     assert np.isfinite(float(loss))
 
 
 def test_the_predictions_view_marks_every_sample_as_noise(model, tmp_path):
     vocab = helpers.write_vocab(str(tmp_path))
     b = test_objectives.batch()
-    shown = predictions.views(lambda batch, uniform: model(batch, uniform=uniform),
-                              b, vocab, _uniform())
+    shown = predictions.views(
+        lambda batch, uniform: helpers.forward(model, batch, uniform=uniform), b, vocab,
+        _uniform())
     assert [sum(t.masked for t in row) for row in shown] == [3, 2]
     assert all(t.replaced == t.masked for row in shown for t in row)
     assert all(0.0 <= t.probability <= 1.0 for row in shown for t in row)
@@ -224,7 +226,8 @@ def test_recomputing_the_towers_changes_no_gradient(model, mode):
 
     @tf.function
     def gradients(mode):
-        with remat.recomputing(mode), dropout.seeded(tf.constant([1, 2], tf.int64)):
+        with context.entered(context.StepContext(seed=tf.constant([1, 2], tf.int64),
+                                                 remat=mode)):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_sum(tf.sin(model.generator(inputs, training=True)))
         return tape.gradient(loss, variables)

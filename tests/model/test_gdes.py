@@ -37,7 +37,7 @@ def test_delta_starts_at_zero_and_each_loss_trains_its_own_table():
     np.testing.assert_array_equal(model.discriminator.embeddings(ids, segments).numpy(),
                                   model.embeddings(ids, segments).numpy())
     with tf.GradientTape(persistent=True) as tape:
-        outputs = model(batch, uniform=np.full((2, test_objectives.P), 0.5, "float32"),
+        outputs = helpers.forward(model, batch, uniform=np.full((2, test_objectives.P), 0.5, "float32"),
                         training=True)
         _, values = objectives.OBJECTIVES.create("electra").loss(outputs, batch)
     mlm_shared, mlm_delta = tape.gradient(values["mlm_loss"], [shared, delta])

@@ -11,6 +11,7 @@ from electra_tf.model import pretrainer
 from electra_tf.model import sizes
 from electra_tf.model.objectives import base
 from electra_tf.training import metrics
+from tests import helpers
 
 TINY = sizes.SIZES["tiny"]
 SHAPE = sizes.ModelShape(TINY, sizes.generator_size(TINY, 0.5))
@@ -44,7 +45,7 @@ def test_every_objective_runs_its_loss_and_metrics(name):
     model = build(name)
     objective = objectives.OBJECTIVES.create(name)
     b = batch()
-    outputs = model(b, uniform=np.full((2, P), 0.5, "float32"), training=False)
+    outputs = helpers.forward(model, b, uniform=np.full((2, P), 0.5, "float32"), training=False)
     loss, values = objective.loss(outputs, b)
     assert np.isfinite(float(loss))
     assert float(loss) == pytest.approx(float(objective.total(values)))
@@ -62,14 +63,14 @@ def test_mlm_builds_no_generator_and_predicts_from_the_masked_input():
     assert not [v for v in model.weights if "generator" in v.path]
     # Its MLM head projects with the model's own embedding table.
     assert model.discriminator_head.token_embedding is model.embeddings.token_embedding
-    outputs = model(batch(), training=False)
+    outputs = helpers.forward(model, batch())
     assert set(outputs) == {"mlm_logits"} and outputs["mlm_logits"].shape == (2, P, V)
     assert objectives.OBJECTIVES.create("mlm").loss_names == ("mlm_loss",)
 
 
 def test_electra_15_counts_the_discriminator_only_at_masked_positions():
     b = batch()
-    outputs = build("electra").call(b, uniform=np.full((2, P), 0.3, "float32"))
+    outputs = helpers.forward(build("electra"), b, uniform=np.full((2, P), 0.3, "float32"))
     _, all_tokens = objectives.OBJECTIVES.create("electra").loss(outputs, b)
     _, masked = objectives.OBJECTIVES.create("electra_15").loss(outputs, b)
     assert masked["mlm_loss"] == all_tokens["mlm_loss"]  # same generator loss
@@ -89,7 +90,7 @@ def test_electra_15_counts_the_discriminator_only_at_masked_positions():
 def test_replace_mlm_reads_samples_where_mlm_reads_mask():
     model = build("replace_mlm")
     b = batch()
-    outputs = model(b, uniform=np.full((2, P), 0.7, "float32"), training=False)
+    outputs = helpers.forward(model, b, uniform=np.full((2, P), 0.7, "float32"), training=False)
     # The model's input at the masked positions is the generator's sample, not [MASK].
     at = np.take_along_axis(outputs["corrupted_ids"].numpy(), b["masked_lm_positions"], 1)
     np.testing.assert_array_equal(at[b["masked_lm_weights"] > 0],
@@ -101,7 +102,7 @@ def test_replace_mlm_reads_samples_where_mlm_reads_mask():
 def test_all_tokens_mlm_predicts_every_token():
     model = build("all_tokens_mlm")
     b = batch()
-    outputs = model(b, uniform=np.full((2, P), 0.7, "float32"), training=False)
+    outputs = helpers.forward(model, b, uniform=np.full((2, P), 0.7, "float32"), training=False)
     assert outputs["lm_logits"].shape == (2, S, V)
     _, values = objectives.OBJECTIVES.create("all_tokens_mlm").loss(outputs, b)
     per_token = values["lm_token_losses"].numpy()  # [B, S], labels: the original ids
@@ -115,7 +116,7 @@ def test_gradients_reach_what_each_objective_trains():
         model = build(name)
         objective = objectives.OBJECTIVES.create(name)
         with tf.GradientTape() as tape:
-            outputs = model(b, uniform=np.full((2, P), 0.5, "float32"), training=True)
+            outputs = helpers.forward(model, b, uniform=np.full((2, P), 0.5, "float32"), training=True)
             loss, _ = objective.loss(outputs, b)
         grads = tape.gradient(loss, model.trainable_variables)
         unused = [v.path for g, v in zip(grads, model.trainable_variables) if g is None]

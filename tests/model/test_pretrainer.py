@@ -11,6 +11,7 @@ from electra_tf import model_config
 from electra_tf.model import losses
 from electra_tf.model import pretrainer
 from electra_tf.model import sizes
+from tests import helpers
 
 VOCAB, MASK, B, S, P = 40, 4, 2, 12, 3
 
@@ -57,7 +58,7 @@ def uniform(seed=0):
 
 
 def test_output_shapes_and_dtypes(model):
-    out = model(make_batch(), uniform=uniform(), training=False)
+    out = helpers.forward(model, make_batch(), uniform=uniform(), training=False)
     assert tuple(out["mlm_logits"].shape) == (B, P, VOCAB)
     assert tuple(out["sampled_ids"].shape) == (B, P)
     assert tuple(out["corrupted_ids"].shape) == (B, S)
@@ -106,13 +107,13 @@ def test_tie_all_makes_the_generator_the_discriminator_encoder():
     # Only the MLM head is the generator's own: the encoder's weights are counted once.
     own = len(embedded.generator.weights) - len(embedded.embeddings.weights)
     assert len(tied.weights) == len(embedded.weights) - own
-    outputs = tied(make_batch(), uniform=uniform(), training=False)
+    outputs = helpers.forward(tied, make_batch(), uniform=uniform(), training=False)
     assert outputs["mlm_logits"].shape == (B, P, VOCAB)
 
 
 @pytest.mark.parametrize("tie", ["embeddings", "all"])
 def test_shared_layers_draw_other_dropout_masks_in_each_pass(tie):
-    """Under `seeded` the generator's pass folds in a salt: the shared embeddings (and
+    """In a seeded context the generator's pass folds in a salt: the shared embeddings (and
     every block under tie='all') must not reuse the discriminator's masks."""
     model = make_model(tie, generator=sizes.SIZES["tiny"] if tie == "all" else None)
     dropped = []  # the embeddings' dropout masks, one per pass: generator, discriminator
@@ -125,8 +126,8 @@ def test_shared_layers_draw_other_dropout_masks_in_each_pass(tie):
 
     model.embeddings.dropout_layer.call = spy
     for _ in range(2):
-        model(make_batch(), uniform=uniform(), dropout_seed=tf.constant([3, 4]),
-              training=True)
+        helpers.forward(model, make_batch(), uniform=uniform(), seed=tf.constant([3, 4]),
+                        training=True)
     generator, discriminator, generator_again, discriminator_again = dropped
     assert (generator != discriminator).any()
     np.testing.assert_array_equal(generator, generator_again)  # functions of the seed
@@ -152,7 +153,7 @@ def test_variables_keep_their_order():
 def test_is_replaced_and_corruption(model):
     batch = make_batch(seed=1)
     for seed in range(3):
-        out = model(batch, uniform=uniform(seed), training=False)
+        out = helpers.forward(model, batch, uniform=uniform(seed), training=False)
         corrupted = out["corrupted_ids"].numpy()
         expected = (corrupted != batch["input_ids"]) * batch["input_mask"]
         np.testing.assert_array_equal(out["is_replaced"].numpy(), expected)
@@ -178,7 +179,7 @@ def test_sampling_the_original_is_not_a_replacement():
     forced = np.zeros(VOCAB, "float32")
     forced[7] = 1e4
     bias.assign(forced)
-    out = model(batch, uniform=uniform(), training=False)
+    out = helpers.forward(model, batch, uniform=uniform(), training=False)
     weighted = batch["masked_lm_weights"] > 0
     assert np.all(out["sampled_ids"].numpy()[weighted] == 7)
     assert not np.any(out["is_replaced"].numpy())   # all samples equal the originals
@@ -186,7 +187,7 @@ def test_sampling_the_original_is_not_a_replacement():
     forced[:] = 0
     forced[9] = 1e4
     bias.assign(forced)
-    out = model(batch, uniform=uniform(), training=False)
+    out = helpers.forward(model, batch, uniform=uniform(), training=False)
     assert out["is_replaced"].numpy().sum() == weighted.sum()
 
 
@@ -197,7 +198,7 @@ def test_disallow_correct_never_samples_the_original():
     forced[7] = 20.0
     model.generator_head._bias.assign(forced)  # pylint: disable=protected-access
     for seed in range(3):
-        out = model(batch, uniform=uniform(seed), training=False)
+        out = helpers.forward(model, batch, uniform=uniform(seed), training=False)
         weighted = batch["masked_lm_weights"] > 0
         assert not np.any(out["sampled_ids"].numpy()[weighted] == 7)
         assert out["is_replaced"].numpy().sum() == weighted.sum()
@@ -212,7 +213,7 @@ def test_rtd_loss_does_not_train_the_generator(model):
     assert any("generator_predictions" in v.path for v in generator_only)
     shared = model.embeddings.token_embedding.embeddings
     with tf.GradientTape(persistent=True) as tape:
-        out = model(batch, uniform=uniform(), training=True)
+        out = helpers.forward(model, batch, uniform=uniform(), training=True)
         _, values = losses.pretraining_loss(out, batch, disc_weight=50.0)
     rtd = tape.gradient(values["rtd_loss"], generator_only)
     mlm = tape.gradient(values["mlm_loss"], generator_only)
@@ -230,12 +231,12 @@ def test_rtd_loss_does_not_train_the_generator(model):
 
 def test_inference_is_deterministic_for_a_fixed_uniform(model):
     batch = make_batch(seed=4)
-    first = model(batch, uniform=uniform(1), training=False)
-    second = model(batch, uniform=uniform(1), training=False)
+    first = helpers.forward(model, batch, uniform=uniform(1), training=False)
+    second = helpers.forward(model, batch, uniform=uniform(1), training=False)
     for key in first:
         np.testing.assert_array_equal(first[key].numpy(), second[key].numpy())
     # Training mode applies dropout.
-    noisy = model(batch, uniform=uniform(1), training=True)
+    noisy = helpers.forward(model, batch, uniform=uniform(1), training=True)
     assert not np.allclose(noisy["disc_logits"].numpy(), first["disc_logits"].numpy())
 
 

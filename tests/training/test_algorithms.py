@@ -8,6 +8,7 @@ import tensorflow as tf
 from configs import electra as electra_configs
 from electra_tf import errors
 from electra_tf import model_config
+from electra_tf.model import context
 from electra_tf.training import algorithms
 from electra_tf.training import distribute
 from electra_tf.training import loop
@@ -86,9 +87,9 @@ def test_two_stage_runs_stage_2s_generator_without_dropout():
     batch = test_trainer._batch()
 
     def logits(seed):
-        return model.generate(batch, np.zeros((test_trainer.BATCH, test_trainer.P),
-                                              "float32"), training=True,
-                              dropout_seed=tf.constant([seed, 0], tf.int64))["mlm_logits"]
+        return model.generate(batch, context.StepContext(
+            uniform=np.zeros((test_trainer.BATCH, test_trainer.P), "float32"), training=True,
+            seed=tf.constant([seed, 0], tf.int64)))["mlm_logits"]
 
     for step, dropout in ((0, True), (3, False), (7, False), (1, True)):
         two_stage.begin(model, step)

@@ -73,13 +73,13 @@ def test_the_model_samples_at_the_temperature_it_is_given():
              "masked_lm_positions": positions, "masked_lm_ids": ids[:, 1:5],
              "masked_lm_weights": np.ones((64, 4), np.float32)}
     uniform = tf.random.stateless_uniform([64, 4], [0, 1])
-    hot = model(batch, uniform=uniform, temperature=tf.constant(1e4), training=False)
+    hot = helpers.forward(model, batch, uniform=uniform, temperature=tf.constant(1e4), training=False)
     np.testing.assert_array_equal(  # the model's draw is sampling.sample at that temperature
         hot["sampled_ids"], sampling.sample(hot["mlm_logits"], uniform, 1e4))
     # Near-uniform: nearly every token of the vocabulary is drawn, about equally often.
     counts = np.bincount(hot["sampled_ids"].numpy().ravel(), minlength=30)
     assert (counts > 0).sum() >= 28 and counts.max() < 4 * counts.mean()
-    cold = model(batch, uniform=uniform, temperature=tf.constant(1e-3), training=False)
+    cold = helpers.forward(model, batch, uniform=uniform, temperature=tf.constant(1e-3), training=False)
     np.testing.assert_array_equal(cold["sampled_ids"], tf.argmax(cold["mlm_logits"], -1))
 
 

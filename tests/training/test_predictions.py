@@ -37,7 +37,7 @@ def test_views_hold_what_the_model_did(setup):
     uniform = predictions.noise(0, *batch["masked_lm_ids"].shape)
     forward = predictions.predict_fn(model)
     shown = predictions.views(forward, batch, vocab, uniform)
-    outputs = model(batch, uniform=uniform, training=False)
+    outputs = helpers.forward(model, batch, uniform=uniform, training=False)
     lengths = batch["input_mask"].numpy().sum(1)
     assert [len(s) for s in shown] == lengths.tolist()
     for row, tokens in enumerate(shown):

@@ -17,6 +17,7 @@ from electra_tf.model import remat
 from electra_tf.training import distribute
 from electra_tf.training import loop
 from electra_tf.training import trainer as trainer_lib
+from tests import helpers
 
 VOCAB, SEQ, P, BATCH, STEPS = 40, 32, 5, 8, 3
 
@@ -106,6 +107,19 @@ def test_accumulation_ends_where_the_whole_batch_step_ends(plain):
     _assert_same(run, plain)
 
 
+def test_a_step_builds_its_context_once_and_its_micro_batches_derive_theirs(monkeypatch):
+    from electra_tf.model import context  # pylint: disable=g-import-not-at-top
+    built, derived = [], []
+    for_step, for_block = context.StepContext.for_step, context.StepContext.for_block
+    monkeypatch.setattr(context.StepContext, "for_step", classmethod(
+        lambda cls, *args, **kwargs: built.append(1) or for_step(*args, **kwargs)))
+    monkeypatch.setattr(context.StepContext, "for_block", lambda self, *args: derived.append(
+        args[0]) or for_block(self, *args))
+    trainer, iterator = _trainer(accumulation_steps=2)
+    trainer.train_loop.get_concrete_function(iterator, tf.constant(1))
+    assert len(built) == 1 and len(derived) == 1  # the micro-batch loop: traced once
+
+
 def test_the_whole_step_under_xla_computes_the_same_step(plain):
     """The optimizer and metrics inside XLA too (as on TPUs and one GPU): the same
     updates, and the same sampling noise (integer draws, which TF's kernels and XLA
@@ -127,13 +141,15 @@ def test_the_whole_step_under_xla_computes_the_same_step(plain):
 def _optimized_hlo(trainer, stage="optimized_hlo"):
     """The compiled forward/backward pass of `trainer`, as XLA optimised it (`stage`:
     "hlo", before XLA's optimisation)."""
+    from electra_tf.model import context  # pylint: disable=g-import-not-at-top
     batch = {k: tf.constant(v) for k, v in _batch().items()}
-    uniform = tf.zeros([BATCH, P])
     counts = (tf.constant(1.0), tf.constant(1.0))
-    seed = tf.constant([0, 0], tf.int64)
+    step = tf.constant(0, tf.int64)
+    step_context = context.StepContext.for_step(
+        0, step, training=True, uniform=tf.zeros([BATCH, P]), block=tf.constant(0),
+        temperature=trainer.temperature(step), stage=trainer.stage, remat=trainer.remat)
     return trainer._forward_backward.experimental_get_compiler_ir(  # pylint: disable=protected-access
-        batch, uniform, counts, seed, tf.constant(0), trainer.stage,
-        trainer.temperature(tf.constant(0, tf.int64)))(stage=stage)
+        batch, counts, step_context)(stage=stage)
 
 
 def _count(op, hlo):
@@ -236,7 +252,7 @@ def test_the_step_seeds_each_pass_as_the_model_does(plain):
     """The training step's dropout is the model's own seeding with (seed, step): the
     generator's pass salted, so layers both passes share (the embeddings) drop other
     elements in each. Shown against the two passes seeded alike, which differs."""
-    from electra_tf.model import dropout  # pylint: disable=g-import-not-at-top
+    from electra_tf.model import context  # pylint: disable=g-import-not-at-top
     from electra_tf.model import losses  # pylint: disable=g-import-not-at-top
     trainer = plain[0]
     batch = {k: tf.constant(v) for k, v in _batch().items()}
@@ -249,15 +265,19 @@ def test_the_step_seeds_each_pass_as_the_model_does(plain):
 
     @tf.function(jit_compile=True)  # as the step computes it: XLA's rounding, not TF's
     def seeded_by_model():
-        outputs = trainer.model(batch, uniform=uniform, dropout_seed=seed, training=True)
+        outputs = helpers.forward(trainer.model, batch, uniform=uniform, seed=seed,
+                                  training=True)
         return losses.pretraining_loss(outputs, batch, disc_weight)[0]
 
     @tf.function(jit_compile=True)
-    def seeded_alike():
-        with dropout.seeded(seed):
-            outputs = trainer.model(batch, uniform=uniform, training=True)
+    def seeded_alike():  # both passes in the step's context, no salt folded in
+        outputs = helpers.forward(trainer.model, batch, uniform=uniform, seed=seed,
+                                  training=True)
         return losses.pretraining_loss(outputs, batch, disc_weight)[0]
-    model, alike = float(seeded_by_model()), float(seeded_alike())
+    model = float(seeded_by_model())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(context.StepContext, "salted", lambda self, salt: self)
+        alike = float(seeded_alike())
     np.testing.assert_allclose(float(loss), model, rtol=1e-6, err_msg=f"alike {alike}")
     # 4e-5 of the loss as measured, against ~1e-7 of rounding between XLA programs.
     assert abs(alike - model) > 1e-5 * abs(model), (alike, model)

@@ -2,7 +2,8 @@
 serving head and its FLOPs, behind one base class (`Objective`).
 
 The pre-trainer (`model/pretrainer.py`) builds the layers an objective asks for
-(`uses_generator`, `make_head`) and hands its forward pass to `Objective.forward`; the
+(`uses_generator`, `make_head`); a pass over a batch is `Objective.forward`, which runs
+the model's passes in the step's context (`model/context.py`); the
 train step calls `loss`, `compact` and, through `training/metrics.py`, `metric_inputs`
 and `detection`; export calls `serve`; `objectives.training_flops` calls
 `training_flops`. None of them names an objective.
@@ -67,10 +68,11 @@ class Objective:
         """Abstract: the head on the main (discriminator-shaped) encoder of `model`."""
         raise NotImplementedError
 
-    def forward(self, model, batch, uniform, training, dropout_seed, replica,
-                temperature) -> dict:
-        """The outputs of one pass over `batch` (`model.generate` / `model.encode`), the
-        generator's samples drawn at `temperature` (a scalar)."""
+    def forward(self, model, batch, context) -> dict:
+        """The outputs of one pass of `model` over `batch` (`model.generate` /
+        `model.encode`) in `context` (a `model.context.StepContext`: `training`, the
+        sampling noise and temperature, the dropout seed and block, the recomputation
+        mode); the trainer, evaluation and the predictions view call it."""
         raise NotImplementedError
 
     # === Loss ===

@@ -31,12 +31,9 @@ class Electra(base.Objective):
                                        dtype=model.dtype_policy,
                                        name="discriminator_predictions")
 
-    def forward(self, model, batch, uniform, training, dropout_seed, replica,
-                temperature):
-        outputs = model.generate(batch, uniform, training, dropout_seed, replica,
-                                 temperature)
-        discriminated = model.encode(outputs["corrupted_ids"], batch, training, dropout_seed,
-                                     replica)
+    def forward(self, model, batch, context):
+        outputs = model.generate(batch, context)
+        discriminated = model.encode(outputs["corrupted_ids"], batch, context)
         outputs["disc_logits"] = tf.cast(model.discriminator_head(discriminated),
                                          tf.float32)                       # [B, S]
         return outputs

@@ -33,14 +33,13 @@ tie=all (two causal towers cannot be the discriminator).
 -1.7346
 """
 
-import contextlib
 import dataclasses
 import math
 
 import keras
 import tensorflow as tf
 
-from electra_tf.model import dropout as dropout_lib
+from electra_tf.model import context as context_lib
 from electra_tf.model import encoder
 from electra_tf.model import flops
 from electra_tf.model import losses
@@ -131,11 +130,8 @@ class TwoTowerCloze(keras.layers.Layer):
         left = self.ltr(inputs, training=training)               # [B, S, Hg]: read 0..t
         # The towers share their embeddings (and their dropout's stream): the second pass
         # folds a salt into the step's seed, or it would draw the first one's masks.
-        seeded_by = dropout_lib.current()
-        salted = contextlib.nullcontext() if seeded_by is None else dropout_lib.seeded(
-            tf.cast(tf.random.experimental.stateless_fold_in(seeded_by[0], 2), tf.int64),
-            seeded_by[1])
-        with salted:
+        active = context_lib.active()
+        with context_lib.entered(None if active is None else active.salted(2)):
             right = self.rtl(inputs, training=training)          # [B, S, Hg]: read t..S−1
         return tf.concat([tf.roll(left, 1, axis=1), tf.roll(right, -1, axis=1)], -1)
 
@@ -191,24 +187,22 @@ class Electric(electra.Electra):
         return TwoTowerCloze(tower("ltr"), tower("rtl"), dtype=model.dtype_policy,
                              name="generator")
 
-    def forward(self, model, batch, uniform, training, dropout_seed, replica,
-                temperature):
+    def forward(self, model, batch, context):
         input_ids = batch["input_ids"]
         positions = batch["masked_lm_positions"]
         # q(· | every other token) at every position, from the UNMASKED input.
-        cloze = model.generator_pass(input_ids, batch, training, dropout_seed, replica)
+        cloze = model.generator_pass(input_ids, batch, context)
         cloze_logits = tf.cast(model.generator_head(
             cloze, mask_positions=base.every_position(input_ids)), tf.float32)  # [B, S, V]
         outputs = model.sample(batch, tf.gather(cloze_logits, tf.cast(positions, tf.int32),
-                                                batch_dims=1), uniform, temperature)
+                                                batch_dims=1), context)
         # NCE: a sampled token is noise whatever it is, the original token included.
         sampled = sampling.replace_masked(tf.zeros_like(input_ids), positions,
                                           batch["masked_lm_weights"],
                                           tf.ones_like(outputs["sampled_ids"]))  # [B, S]
         outputs["is_replaced"] = tf.cast(sampled, tf.float32) * tf.cast(
             batch["input_mask"], tf.float32)
-        sequence = model.encode(outputs["corrupted_ids"], batch, training, dropout_seed,
-                                replica)
+        sequence = model.encode(outputs["corrupted_ids"], batch, context)
         energies = tf.cast(model.discriminator_head(sequence), tf.float32)      # [B, S]
         # log q of the token each position now holds: the noise model's term, a constant
         # to the discriminator (the cloze loss alone trains the generator).

@@ -27,11 +27,8 @@ class MLM(base.Objective):
         return heads.masked_lm_head(model.embeddings, dtype=model.dtype_policy,
                                     name="mlm_predictions")
 
-    def forward(self, model, batch, uniform, training, dropout_seed, replica,
-                temperature):
-        del uniform, temperature  # nothing is sampled
-        sequence = model.encode(batch["masked_input_ids"], batch, training, dropout_seed,
-                                replica)
+    def forward(self, model, batch, context):
+        sequence = model.encode(batch["masked_input_ids"], batch, context)  # no sampling
         return {"mlm_logits": tf.cast(model.discriminator_head(
             sequence, mask_positions=batch["masked_lm_positions"]), tf.float32)}  # [B, P, V]
 

@@ -40,12 +40,9 @@ class ReplaceMLM(base.Objective):
         return heads.masked_lm_head(model.embeddings, dtype=model.dtype_policy,
                                     name="lm_predictions")
 
-    def forward(self, model, batch, uniform, training, dropout_seed, replica,
-                temperature):
-        outputs = model.generate(batch, uniform, training, dropout_seed, replica,
-                                 temperature)
-        sequence = model.encode(outputs["corrupted_ids"], batch, training, dropout_seed,
-                                replica)
+    def forward(self, model, batch, context):
+        outputs = model.generate(batch, context)
+        sequence = model.encode(outputs["corrupted_ids"], batch, context)
         positions, _, _ = self.targets(batch)
         outputs["lm_logits"] = tf.cast(model.discriminator_head(
             sequence, mask_positions=positions), tf.float32)          # [B, P or S, V]

@@ -1,0 +1,66 @@
+"""The step context: one immutable value, read by the layers through one mechanism."""
+
+import dataclasses
+import os
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf.model import context
+from tests import helpers
+
+
+def test_a_context_is_immutable_and_derives_new_ones():
+    step = context.StepContext.for_step(5, 9, training=True, uniform=np.zeros((2, 3)))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        step.seed = None
+    block = step.for_block(3)
+    assert block.block == 3 and block.uniform is step.uniform and step.block == 0
+    salted = step.salted(1)
+    assert step.seed.numpy().tolist() == [5, 9]  # unchanged
+    assert salted.seed.numpy().tolist() != [5, 9] and salted.step is step.step
+    assert step.salted(0) is step and context.StepContext().salted(1).seed is None
+    with pytest.raises(ValueError, match="remat"):
+        context.StepContext(remat="all")
+
+
+def test_a_compiled_function_takes_a_context_as_one_argument():
+    traces = []
+
+    @tf.function
+    def seed_sum(step_context):
+        traces.append(step_context.remat)
+        return tf.reduce_sum(step_context.seed) + tf.cast(step_context.block, tf.int64)
+
+    for step in range(3):  # a new step's tensors: no new trace
+        assert int(seed_sum(context.StepContext.for_step(1, step, block=tf.constant(2)))) \
+            == 3 + step
+    seed_sum(context.StepContext.for_step(1, 0, block=tf.constant(2), remat="blocks"))
+    assert traces == ["none", "blocks"]  # the static fields are the trace's key
+
+
+def test_entered_makes_a_context_active_in_its_block_and_thread_only():
+    outer, inner = context.StepContext(), context.StepContext(remat="selective")
+    assert context.active() is None
+    with context.entered(outer):
+        with context.entered(inner):
+            assert context.active() is inner
+        assert context.active() is outer
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(context.active()))
+        thread.start()
+        thread.join()
+        assert seen == [None]  # another thread (a replica) enters its own
+    assert context.active() is None
+
+
+def test_no_thread_local_state_in_the_model():
+    """The step's randomness reaches the layers through `context.active()` only."""
+    model_dir = os.path.join(helpers.ROOT, "electra_tf", "model")
+    for root, _, files in os.walk(model_dir):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(root, name), encoding="utf-8") as f:
+                    assert "threading" not in f.read(), name
