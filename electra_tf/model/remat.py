@@ -34,9 +34,10 @@ instead of keeping it from the forward pass.
 
 The layers read the mode from the active step context (`context.active().remat`,
 `model/context.py`: the training step's context, entered by the model around each encoder
-pass, which also seeds the dropout masks); without one (evaluation, export, fine-tuning)
-nothing is recomputed. Forward values are the same in every mode; gradients
-the same up to float rounding.
+pass, which also seeds the dropout masks); with `remat="none"` (evaluation's and the
+predictions view's contexts) or without a context (export, fine-tuning) nothing is
+recomputed. Forward values are the same in every mode; gradients the same up to float
+rounding.
 
 Why not Keras' `RematScope` for `blocks`: on the TensorFlow backend it wraps `call` in
 `tf.recompute_grad` with the keyword arguments (`padding_mask`, `training`), which
