@@ -5,8 +5,11 @@ several times a bfloat16 one."""
 
 import re
 
-import tensorflow as tf
+import pytest
 
+from configs import electra as electra_config
+from electra_tf.data import masking
+from electra_tf.model import heads
 from electra_tf.training import distribute
 from electra_tf.training import trainer as trainer_lib
 from tests.training import test_trainer
@@ -39,14 +42,42 @@ def _float32_matmuls(hlo: str) -> list[str]:
     return found
 
 
-def test_the_bfloat16_step_has_no_float32_matmul():
+# Base (configs/electra.py, all 12 layers, the generator a third as wide) at batch 2,
+# seq 128 and BERT's vocabulary: its projections onto the vocabulary are the GEMMs the
+# H200 profile found in float32. Batch and sequence change no matmul's dtype.
+BASE = {"VOCAB": 30_522, "SEQ": 128, "BATCH": 2,
+        "P": masking.max_predictions_per_seq(0.15, 128)}
+
+
+def _bfloat16_hlo(size, monkeypatch) -> str:
+    """The HLO (before XLA's optimisation) of `size`'s bfloat16 forward/backward pass, on
+    test_trainer's batch (its shapes set to `BASE`'s for "base")."""
+    if size == "base":
+        for name, value in BASE.items():
+            monkeypatch.setattr(test_trainer, name, value)
     config = test_trainer._config(mixed_precision="bfloat16")  # pylint: disable=protected-access
+    if size == "base":
+        config.model = electra_config.get_config("base").model
     trainer = trainer_lib.Trainer(config, distribute.get_strategy(config.runtime),
                                   test_trainer.VOCAB, test_trainer.P)
     assert trainer.policy == "mixed_bfloat16"
-    hlo = test_trainer._optimized_hlo(trainer, stage="hlo")  # pylint: disable=protected-access
+    return test_trainer._optimized_hlo(trainer, stage="hlo")  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("size, min_matmuls", [("tiny", 50), ("base", 600)])
+def test_the_bfloat16_step_has_no_float32_matmul(monkeypatch, size, min_matmuls):
+    hlo = _bfloat16_hlo(size, monkeypatch)
     matmuls = re.findall(r"\bdot\(", hlo)
-    assert len(matmuls) > 50  # the whole forward/backward pass is there
+    assert len(matmuls) > min_matmuls  # the whole forward/backward pass is there
     found = [(name, shape) for name, shape in _float32_matmuls(hlo)
              if not any(re.search(allowed, name) for allowed in ALLOWED_FLOAT32_MATMULS)]
     assert not found, found
+    if size == "tiny":
+        return  # its padded vocabulary (128) is other tensors' width too
+    # The projection onto the vocabulary, padded for the hardware, and its two
+    # gradients: bfloat16 [*, E] x [E, V'] GEMMs.
+    vocabulary = f",{heads.padded_vocabulary(test_trainer.VOCAB)}]"
+    projections = [line for line in hlo.splitlines()
+                   if re.search(r" dot\(", line) and vocabulary in line]
+    assert len(projections) == 3, projections
+    assert all(re.search(r"= bf16\[", line) for line in projections), projections
