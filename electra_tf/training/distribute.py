@@ -20,6 +20,24 @@ from electra_tf import compat
 from electra_tf import errors
 
 STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "one_device")
+MIXED_PRECISION = ("auto", "float32", "bfloat16", "float16")
+
+
+def check_strategy(runtime) -> None:
+    """A one-line `UserError` unless `config.runtime.strategy` is one of `STRATEGIES`
+    (needs no device: the pre-training and fine-tuning `validate` call it)."""
+    if runtime.strategy not in STRATEGIES:
+        raise errors.UserError(f"config.runtime.strategy: unknown strategy "
+                               f"{runtime.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+def check_mixed_precision(mixed_precision: str) -> None:
+    """A one-line `UserError` unless `config.train.mixed_precision` is one of
+    `MIXED_PRECISION` (needs no device: the pre-training `validate` calls it)."""
+    if mixed_precision not in MIXED_PRECISION:
+        raise errors.UserError(f"config.train.mixed_precision: unknown value "
+                               f"{mixed_precision!r}; choose one of "
+                               f"{', '.join(MIXED_PRECISION)}")
 
 
 def split_cpu(num_devices: int):
@@ -32,10 +50,8 @@ def split_cpu(num_devices: int):
 
 def get_strategy(runtime) -> tf.distribute.Strategy:
     """The strategy for `config.runtime` (call first: multi-worker must start early)."""
+    check_strategy(runtime)
     name = runtime.strategy
-    if name not in STRATEGIES:
-        raise errors.UserError(f"config.runtime.strategy: unknown strategy {name!r}; "
-                               f"choose one of {', '.join(STRATEGIES)}")
     if name == "auto":
         name = _detect(runtime)
         logging.info("config.runtime.strategy=auto chose %s", name)
@@ -154,10 +170,7 @@ def device_memory(strategy) -> int | None:
 
 def dtype_policy(mixed_precision: str, strategy) -> str:
     """The Keras dtype policy name for `config.train.mixed_precision`."""
-    choices = ("auto", "float32", "bfloat16", "float16")
-    if mixed_precision not in choices:
-        raise errors.UserError(f"config.train.mixed_precision: unknown value "
-                               f"{mixed_precision!r}; choose one of {', '.join(choices)}")
+    check_mixed_precision(mixed_precision)
     if mixed_precision == "auto":
         kind = device_kind(strategy)
         if kind == "tpu":

@@ -32,6 +32,7 @@ from electra_tf.training import distribute
 from electra_tf.training import faults
 from electra_tf.training import generator_init
 from electra_tf.training import memory
+from electra_tf.training import optimizer as optimizer_lib
 from electra_tf.training import predictions
 from electra_tf.training import preemption
 from electra_tf.training import summaries
@@ -46,20 +47,23 @@ def validate(config):
     """The config a pre-training run trains with, or a one-line `UserError` naming the
     key: every key present (`model_config.complete`: an earlier version's config.json
     lacks the later ones), every value in its range (`config_check`) or among its
-    choices, the shape resolved and explicit, as config.json keeps it (a generator_init's
-    generator: its own), the objective for its tie and algorithm, the generator mode, the
-    temperature schedule and the algorithm. What needs no device, data or workdir is
-    checked here and not again (what depends on the strategy, the Trainer checks;
-    config.runtime.strategy and train.mixed_precision where `distribute` makes them,
-    for fine-tuning too, and train.optimizer where `optimizer` makes it); the loop,
-    `experiments/variants.py` and the training benchmark call it before anything
-    runs."""
+    choices (the optimizer, mixed precision and strategy named), the shape resolved and
+    explicit, as config.json keeps it (a generator_init's generator: its own), the
+    objective for its tie and algorithm, the generator mode, the temperature schedule and
+    the algorithm. Each check is written once, in the function that resolves the value
+    (`distribute.check_strategy`, `optimizer.check_optimizer`, ...); this runs every
+    one that needs no device, data or workdir (what depends on the strategy, e.g. float16
+    needing a GPU, the Trainer checks). The loop, `experiments/variants.py` and the
+    training benchmark call it before anything is built or written."""
     config = model_config.complete(config)
     config_check.check(config)
     for key, choices in _CHOICES:
         if config.train[key] not in choices:
             raise errors.UserError(f"config.train.{key}={config.train[key]!r}: choose one "
                                    f"of {', '.join(choices)}")
+    optimizer_lib.check_optimizer(config.train)
+    distribute.check_mixed_precision(config.train.mixed_precision)
+    distribute.check_strategy(config.runtime)
     resolved = model_config.resolve(generator_init.configure(config))
     model_config.objective(resolved)
     model_config.generator_mode(resolved)

@@ -112,6 +112,10 @@ class Lamb(compat.GradientsSummedByCaller, keras.optimizers.Lamb):
     pass
 
 
+# config.train.optimizer's choices.
+OPTIMIZERS = {"adamw": AdamW, "lamb": Lamb}
+
+
 def no_decay_variables(*models: keras.Layer) -> list:
     """LayerNorm scales/offsets and biases of `models` (a model, or layers): the
     variables weight decay must skip."""
@@ -122,6 +126,15 @@ def no_decay_variables(*models: keras.Layer) -> list:
                 out.extend(layer.trainable_weights)
         out.extend(v for v in model.trainable_weights if v.name.endswith("bias"))
     return out
+
+
+def check_optimizer(train_config) -> None:
+    """A one-line `UserError` unless `config.train.optimizer` names one of `OPTIMIZERS`
+    (the pre-training `validate` calls it before anything is built)."""
+    if train_config.optimizer not in OPTIMIZERS:
+        raise errors.UserError(f"config.train.optimizer: unknown optimizer "
+                               f"{train_config.optimizer!r}; choose one of "
+                               f"{', '.join(OPTIMIZERS)}")
 
 
 def create_optimizer(train_config, model: keras.Model, dtype_policy: str = "float32",
@@ -140,13 +153,8 @@ def create_optimizer(train_config, model: keras.Model, dtype_policy: str = "floa
                   beta_1=train_config.adam_beta1, beta_2=train_config.adam_beta2,
                   epsilon=train_config.adam_epsilon,
                   global_clipnorm=train_config.clip_norm or None)
-    if train_config.optimizer == "adamw":
-        optimizer = AdamW(**kwargs)
-    elif train_config.optimizer == "lamb":
-        optimizer = Lamb(**kwargs)
-    else:
-        raise errors.UserError(f"config.train.optimizer: unknown optimizer "
-                               f"{train_config.optimizer!r}; choose adamw or lamb")
+    check_optimizer(train_config)
+    optimizer = OPTIMIZERS[train_config.optimizer](**kwargs)
     optimizer.exclude_from_weight_decay(var_list=no_decay_variables(model, *layers))
     if dtype_policy == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)

@@ -86,3 +86,28 @@ def test_a_config_of_an_earlier_version_validates_as_it_ran():
     completed = model_config.complete(earlier)
     assert completed.to_dict() == config.to_dict()
     assert loop.validate(completed).to_dict() == loop.validate(config).to_dict()
+
+
+def test_validate_checks_the_choices_the_trainer_and_strategy_resolve(tmp_path):
+    """The optimizer, mixed precision and strategy named are checked before anything
+    is built, by the same check their makers run (a variant fails at planning)."""
+    for key, value, message in (
+            ("train.optimizer", "adamx", "config.train.optimizer: unknown optimizer "
+                                         "'adamx'; choose one of adamw, lamb"),
+            ("train.mixed_precision", "fp8", "config.train.mixed_precision: unknown value "
+                                             "'fp8'; choose one of auto, float32, "
+                                             "bfloat16, float16"),
+            ("runtime.strategy", "gpu", "config.runtime.strategy: unknown strategy 'gpu'; "
+                                        "choose one of auto, tpu, mirrored, multi_worker, "
+                                        "one_device")):
+        bad = electra_configs.get_config("tiny")
+        section, field = key.split(".")
+        bad[section][field] = value
+        with pytest.raises(errors.UserError) as raised:
+            loop.validate(bad)
+        assert str(raised.value) == message
+    vocab = helpers.write_vocab(str(tmp_path))
+    with pytest.raises(errors.UserError, match=r"--variant=a:train.optimizer=adamx: "
+                                               r"config.train.optimizer"):
+        variants.plan(electra_configs.get_config("tiny"), vocab,
+                      variants.expand(specs=["a:train.optimizer=adamx"]))
