@@ -213,9 +213,9 @@ def validate(config) -> ml_collections.ConfigDict:
     (`config_check`), the strategy named (`distribute.check_strategy`) and the task's own
     checks (`Task.check_config`). Each check is written once, where the value is used;
     this runs every one that needs no device, data, model or workdir. The loop and
-    `experiments/compare.py` call it before anything is built or written. What the pre-trained
-    model decides (a learning rate of 0: its shape's) the loop fills once it has read
-    it."""
+    `experiments/compare.py` call it before anything is built or written. What the
+    pre-trained model decides (a learning rate of 0: its shape's) the loop fills once it
+    has read it."""
     resolved = complete(config)
     config_check.check(resolved)
     distribute.check_strategy(resolved.runtime)
@@ -231,16 +231,18 @@ def _check_resume_config(config, workdir, task: task_lib.Task):
 
 
 def _check_resume(config, workdir, keys, source: str = "") -> None:
-    """A one-line error where the run in `workdir` saved another value of one of `keys`
-    ("section.name" or "name"); `source` says where the new value came from."""
+    """A one-line error where the run in `workdir` ran with another value of one of
+    `keys` ("section.name" or "name"): its config.json `complete`d (a field its version
+    did not write: the task's default); `source` says where the new value came from."""
     saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG)
     if saved is None:
         return
+    saved = complete(saved)
     for key in keys:
         section, _, name = key.rpartition(".")
-        old = saved.get(section, {}).get(name) if section else saved.get(name)
+        old = saved[section].get(name) if section else saved.get(name)
         new = config[section][name] if section else config[name]
-        if old is not None and old != new:
+        if old != new:
             raise errors.UserError(f"config.{key}={new}{source} differs from the run in "
                                    f"{workdir} ({old}); resume with the same value or use a "
                                    "new --workdir")

@@ -118,7 +118,8 @@ def check_same_run(config, workdir, vocab):
     saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG)
     if saved is None:
         return
-    # A key the run's version did not write: the value that version ran with.
+    # Every comparison is with the completed config: a key the run's version did not
+    # write has the value that version ran with.
     completed = model_config.complete(saved)
     before = model_config.shape(completed)
     now = model_config.shape(config)
@@ -143,9 +144,8 @@ def check_same_run(config, workdir, vocab):
     trained = latest and not latest.endswith("-0")
     for section, key in ((("data", "max_seq_length"), ("data", "shuffle_buffer"),
                           ("train", "batch_size"), ("train", "seed")) if trained else ()):
-        before = saved.get(section, {}).get(key)
-        now = config[section][key]
-        if before is not None and before != now:
+        before, now = completed[section][key], config[section][key]
+        if before != now:
             raise errors.UserError(
                 f"config.{section}.{key}={now!r}, but the run in {workdir} was started with "
                 f"{before!r} ({path}): use another --workdir, or the same value to resume")

@@ -59,3 +59,17 @@ def test_the_loop_and_the_comparison_validate_through_it(monkeypatch, tmp_path):
     with pytest.raises(errors.UserError, match="config.train.batch_size=0"):
         compare.run([object()], bad, str(tmp_path / "out"), "sst2", None, "a")
     assert len(calls) == 2 and not pretrained  # before any pre-training
+
+
+def test_a_resume_compares_with_the_runs_completed_config(tmp_path):
+    """A field the run's config.json lacks (written before the field existed) had the
+    task's default: a resume with another value is refused before anything is read."""
+    config = finetune_configs.get_config("conll2003")
+    earlier = config.to_dict()
+    del earlier["data"]["stride"]  # the run ran with the default, 0
+    workdir = str(tmp_path / "run")
+    workdir_lib.write_json(workdir, workdir_lib.CONFIG, earlier)
+    config.data.stride = 8
+    with pytest.raises(errors.UserError, match=r"^config.data.stride=8 differs from the run "
+                                               r"in .*run \(0\); resume with the same value"):
+        loop.finetune(config, workdir)

@@ -1,6 +1,7 @@
 """Restoring the newest readable checkpoint (pre-training and fine-tuning alike), what a
-pre-training checkpoint holds, and a converted (model-only) checkpoint's restore. The
-run-identity checks are exercised through the binary in tests/test_train.py and
+pre-training checkpoint holds, a converted (model-only) checkpoint's restore, and the
+resume checks against an earlier version's config.json. The run-identity checks are
+exercised through the binary in tests/test_train.py and
 tests/test_objectives_cli.py; a damaged checkpoint in a real run in
 tests/test_reliability.py."""
 
@@ -113,3 +114,28 @@ def test_no_checkpoint_starts_from_step_0(tmp_path):
     run = _Run()
     assert checkpointing.restore(run, checkpointing.checkpoint_of(run), str(tmp_path)) is None
     assert int(run.step.numpy()) == 0
+
+
+def test_a_resume_is_checked_against_the_runs_completed_config(tmp_path):
+    """A trained run's config.json of an earlier version (lacking the later keys) resumes
+    with the values that version ran with; another batch size or seed is refused."""
+    from configs import electra as electra_configs  # pylint: disable=g-import-not-at-top
+    from electra_tf import model_config  # pylint: disable=g-import-not-at-top
+    from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
+    config = loop.validate(electra_configs.get_config("tiny"))
+    earlier = config.to_dict()
+    for key in model_config.EARLIER_DEFAULTS:
+        section, field = key.split(".")
+        earlier[section].pop(field, None)
+    workdir = str(tmp_path / "run")
+    workdir_lib.write_json(workdir, workdir_lib.CONFIG, earlier)
+    _save(workdir_lib.checkpoints(workdir), [5])
+    checkpointing.check_same_run(config, workdir, vocab=None)
+    for key, value in (("train.batch_size", 3), ("train.seed", 7)):
+        changed = loop.validate(config)
+        section, field = key.split(".")
+        changed[section][field] = value
+        with pytest.raises(errors.UserError, match=rf"^config.{key}={value}, but the run in "
+                                                   r".*run was started with"):
+            checkpointing.check_same_run(changed, workdir, vocab=None)
