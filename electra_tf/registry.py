@@ -3,7 +3,9 @@
 A family (the pre-training objectives, the training algorithms, the fine-tuning tasks,
 the checkpoint formats) is a small documented base class whose subclasses fill in its
 hooks, and one `Registry` of them. Every member is a class with a `name` and is made
-the same way, from the run's config (`None` where only what the class says is read):
+the same way, from the run's config (`None` where only what the class says is read; a
+member with settings of its own, two_stage's switch step, needs the config and says so
+in one line):
 
     class Mine(base.Objective):        # one file: the member
         name = "mine"
@@ -77,9 +79,6 @@ class Registry:
     def create(self, name: str, config=None):
         """The member called `name`, made from the run's `config`: `Member(config)`."""
         return self.get(name)(config)
-
-    def names(self) -> tuple[str, ...]:
-        return tuple(self._members)
 
     def items(self):
         return self._members.items()

@@ -49,6 +49,13 @@ def test_every_algorithm_subclasses_the_base_and_joint_is_its_defaults():
     assert isinstance(algorithms.ALGORITHMS.create("joint", None), algorithms.joint.Joint)
 
 
+@pytest.mark.parametrize("name", ["two_stage", "adversarial"])
+def test_a_member_with_settings_made_without_the_config_says_so(name):
+    with pytest.raises(ValueError, match=rf"^config.train.algorithm='{name}' needs the "
+                                         r"run's config$"):
+        algorithms.ALGORITHMS.create(name)
+
+
 def test_two_stage_trains_one_model_at_a_time_and_switches_by_copying():
     config = two_stage_config()
     two_stage = algorithms.get(config)

@@ -67,6 +67,7 @@ class Adversarial(base.Algorithm):
     metric_names = ("policy_loss", "reward", "baseline_loss")
 
     def __init__(self, config):
+        base.require_config(config, self.name)
         super().__init__(config)
         base.require_discriminator(config, "rewards the generator by the "
                                    "discriminator's loss")

@@ -17,7 +17,8 @@ changes. Everything is a function of the step and the checkpoint, so that a run 
 anywhere repeats an uninterrupted one: what an algorithm adds to the state is in
 `checkpoint_items`.
 
-The pieces several algorithms share are here too (`require_discriminator`).
+The pieces several algorithms share are here too (`require_config`,
+`require_discriminator`).
 
 >>> class Mine(Algorithm):
 ...     name = "mine"
@@ -46,8 +47,10 @@ class Algorithm:
                               # objective's in the log and TensorBoard
 
     def __init__(self, config=None):
-        """`config`: the run's ConfigDict (None where only the class's facts are read);
-        the base reads nothing from it."""
+        """`config`: the run's ConfigDict; the base reads nothing from it, so a member
+        without settings of its own may be made with None (where only the class's facts
+        are read). A member that reads settings needs the run's config
+        (`require_config`)."""
         del config
 
     # === Stages ===
@@ -117,6 +120,19 @@ class Algorithm:
         """After a restore from `workdir`: a one-line `UserError` where the restored
         state cannot continue this config; default: nothing to check."""
         del workdir
+
+
+def require_config(config, name: str) -> None:
+    """A one-line error where the member `name`, which reads settings of its own, is
+    made without the run's config (`Member(None)`).
+
+    >>> require_config(None, "two_stage")
+    Traceback (most recent call last):
+    ...
+    ValueError: config.train.algorithm='two_stage' needs the run's config
+    """
+    if config is None:
+        raise ValueError(f"config.train.algorithm={name!r} needs the run's config")
 
 
 def require_discriminator(config, why: str) -> None:

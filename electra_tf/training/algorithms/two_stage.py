@@ -44,6 +44,7 @@ class TwoStage(base.Algorithm):
     name = "two_stage"
 
     def __init__(self, config):
+        base.require_config(config, self.name)
         super().__init__(config)
         # A whole number >= 0: config_check's range (loop.validate checks it first).
         steps = config.train.two_stage_generator_steps
