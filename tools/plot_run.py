@@ -2,9 +2,11 @@ r"""Plots pre-training runs' learning curves from their TensorBoard logs, as a P
 
   python tools/plot_run.py --workdir=RUN [--workdir=RUN2 ...] --output=curves.png
 
-Four panels against the step: the loss (MLM + disc_weight · RTD), the generator's MLM loss, the
-discriminator's RTD loss and its AUC; training (lines, from `logs/train`) and
-evaluation on held-out data (markers, from `logs/eval`). Several workdirs share the axes.
+Four panels against the step: the objective's loss (MLM + disc_weight · RTD, logged as
+`objective_loss`; under two_stage and adversarial `loss` is what a step differentiated,
+another quantity), the generator's MLM loss, the discriminator's RTD loss and its AUC;
+training (lines, from `logs/train`) and evaluation on held-out data (markers, from
+`logs/eval`). Several workdirs share the axes.
 """
 
 from electra_tf import cli
@@ -23,8 +25,13 @@ _WORKDIR = flags.DEFINE_multi_string("workdir", None, "A pre-training run's --wo
 _OUTPUT = flags.DEFINE_string("output", None, "The PNG to write.", required=True)
 _TITLE = flags.DEFINE_string("title", None, "Figure title (default: the workdirs).")
 
-PANELS = (("loss", "loss (what each step optimised)"), ("mlm_loss", "generator: MLM loss"),
+# The first panel is the objective's total, which training and evaluation both log
+# (`loss` is what a training step differentiated: one stage's loss under two_stage, the
+# policy's under adversarial); runs logged before `objective_loss` existed give `loss`.
+PANELS = (("objective_loss", "loss: MLM + disc_weight · RTD"),
+          ("mlm_loss", "generator: MLM loss"),
           ("rtd_loss", "discriminator: RTD loss"), ("disc_auc", "discriminator: AUC"))
+FALLBACK = {"objective_loss": "loss"}
 
 
 def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
@@ -42,6 +49,18 @@ def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
     return {tag: sorted(points.items()) for tag, points in values.items()}
 
 
+def panel_points(scalars: dict, tag: str) -> list[tuple[int, float]] | None:
+    """The points of panel `tag` in one log's `scalars` (`read_scalars`): the tag's,
+    else its older name's (`FALLBACK`).
+
+    >>> panel_points({"loss": [(1, 9.0)], "objective_loss": [(1, 2.0)]}, "objective_loss")
+    [(1, 2.0)]
+    >>> panel_points({"loss": [(1, 9.0)]}, "objective_loss")
+    [(1, 9.0)]
+    """
+    return scalars.get(tag) or scalars.get(FALLBACK.get(tag))
+
+
 def plot(runs: dict[str, dict[str, dict]], output: str, title: str) -> None:
     """`runs`: {label: {"train": scalars, "eval": scalars}} → a 2×2 PNG at `output`."""
     import matplotlib  # pylint: disable=g-import-not-at-top
@@ -55,7 +74,7 @@ def plot(runs: dict[str, dict[str, dict]], output: str, title: str) -> None:
             colour = colours[i % len(colours)]
             for which, style in (("train", {"linestyle": "-"}),
                                  ("eval", {"linestyle": "--", "marker": "o"})):
-                points = split[which].get(tag)
+                points = panel_points(split[which], tag)
                 if points:
                     steps, values = zip(*points)
                     axis.plot(steps, values, color=colour, label=f"{label} ({which})",
