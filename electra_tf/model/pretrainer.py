@@ -36,6 +36,8 @@ the name `discriminator` under every objective: fine-tuning and export take it.
 True
 """
 
+import numbers
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -47,6 +49,11 @@ from electra_tf.model import heads
 from electra_tf.model import objectives
 from electra_tf.model import sampling
 from electra_tf.model import sizes
+
+
+_NOT_CALLED = ("An ElectraPretrainer is not called on a batch: build it with "
+               "`model.build_for(seq_length, num_predictions)`, run a pass with "
+               "`model.objective.forward(model, batch, context)`")
 
 
 class ElectraPretrainer(keras.Model):
@@ -216,10 +223,21 @@ class ElectraPretrainer(keras.Model):
                                        "padding_mask": batch["input_mask"]},
                                       training=context.training)
 
+    def call(self, inputs, training=None):
+        """Not a pass: the objective drives the model (the passes differ per objective)."""
+        del inputs, training
+        raise TypeError(_NOT_CALLED)
+
     def build(self, input_shape):
         """Creates every variable, in the model's name scope (Keras' build): one pass of
-        the objective, not in training, over a dummy batch of `input_shape`,
-        (sequence length, predictions per sequence). `build_for` calls it."""
+        the objective, not in training, over a dummy batch. `input_shape` is the pair
+        `(seq_length, num_predictions)` (sequence length, predictions per sequence), not a
+        batch's shapes: build through `build_for(seq_length, num_predictions)`; Keras
+        calls this itself only to rebuild a saved model (its build config keeps the
+        pair)."""
+        if (not isinstance(input_shape, (tuple, list)) or len(input_shape) != 2
+                or not all(isinstance(n, numbers.Integral) for n in input_shape)):
+            raise TypeError(_NOT_CALLED)
         seq_length, num_predictions = input_shape
         self.objective.forward(
             self, dummy_batch(1, seq_length, num_predictions),

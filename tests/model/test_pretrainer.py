@@ -254,6 +254,20 @@ def test_invalid_arguments():
             generator=dataclasses.replace(tiny, num_heads=3)))
 
 
+def test_calling_the_model_on_a_batch_says_what_to_call(model):
+    """The objective drives the model: `model(batch)` says so, built or not, and the
+    pair `build` takes survives Keras' build config."""
+    fresh = pretrainer.ElectraPretrainer(VOCAB, make_shape())
+    for m in (fresh, model):
+        with pytest.raises(TypeError, match=r"build_for\(seq_length, num_predictions\).*"
+                                            r"model.objective.forward\(model, batch, "
+                                            r"context\)"):
+            m(make_batch())
+    assert not fresh.built
+    fresh.build_from_config(model.get_build_config())
+    assert len(fresh.weights) == len(model.weights)
+
+
 def test_model_config_builds_the_configured_model():
     import importlib.util  # pylint: disable=g-import-not-at-top
     import pathlib  # pylint: disable=g-import-not-at-top
