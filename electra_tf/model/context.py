@@ -44,7 +44,8 @@ REMAT_MODES = ("none", "selective", "blocks")  # what `remat` may be (model/rema
 _ACTIVE = contextvars.ContextVar("electra_tf_step_context", default=None)
 
 
-@dataclasses.dataclass(frozen=True)
+# Compared by identity (eq=False): == on its tensor fields fails inside a graph.
+@dataclasses.dataclass(frozen=True, eq=False)
 class StepContext:
     """One (micro-)batch pass's randomness and settings (see the module docstring).
 

@@ -205,19 +205,18 @@ class Trainer:
         """forward → loss → gradients of one (micro-)batch in `context` (its rows'
         block and noise): (gradients of the context's stage's variables, the outputs the
         metrics read, loss values with the differentiated loss as `loss`)."""
-        stage = context.stage
-        variables = self.algorithm.variables(self.model, stage)
+        variables = self.algorithm.variables(self.model, context.stage)
         # The model seeds each pass's masks from the context's seed (the generator's
         # salted); what remat recomputes redraws the masks of its forward call.
         with tf.GradientTape() as tape:
             outputs = self.objective.forward(self.model, batch, context)
             loss, values = self.objective.loss(outputs, batch, *counts)
-            loss, values = self.algorithm.loss(self.objective, loss, values, stage,
+            loss, values = self.algorithm.loss(self.objective, loss, values, context.stage,
                                                outputs, batch, counts[0])
             values = {**values, "loss": loss}
             # Keep only what the metrics read: never return [B, P, V] logits from XLA.
             compact = self.objective.compact(outputs)
-            scaled = self.stage_optimizer(stage).scale_loss(loss)  # float16 scaling
+            scaled = self.stage_optimizer(context.stage).scale_loss(loss)  # float16 scaling
         return tape.gradient(scaled, variables), compact, values
 
     def _forward_pass(self, batch, counts, context):

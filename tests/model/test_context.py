@@ -41,6 +41,16 @@ def test_a_compiled_function_takes_a_context_as_one_argument():
     assert traces == ["none", "blocks"]  # the static fields are the trace's key
 
 
+def test_contexts_compare_by_identity_even_in_a_graph():
+    """== on the tensor fields would ask a graph tensor for a Python bool."""
+    @tf.function
+    def same(u, v):
+        a, b = context.StepContext(uniform=u), context.StepContext(uniform=v)
+        return tf.constant(a == b), tf.constant(a == a)  # pylint: disable=comparison-with-itself
+    different, itself = same(tf.zeros([1, 2]), tf.ones([1, 2]))
+    assert not bool(different) and bool(itself)
+
+
 def test_entered_makes_a_context_active_in_its_block_and_thread_only():
     outer, inner = context.StepContext(), context.StepContext(remat="selective")
     assert context.active() is None
