@@ -6,6 +6,7 @@ several times a bfloat16 one."""
 import re
 
 import pytest
+import tensorflow as tf
 
 from configs import electra as electra_config
 from electra_tf.data import masking
@@ -49,24 +50,55 @@ BASE = {"VOCAB": 30_522, "SEQ": 128, "BATCH": 2,
         "P": masking.max_predictions_per_seq(0.15, 128)}
 
 
-def _bfloat16_hlo(size, monkeypatch) -> str:
-    """The HLO (before XLA's optimisation) of `size`'s bfloat16 forward/backward pass, on
-    test_trainer's batch (its shapes set to `BASE`'s for "base")."""
+def _bfloat16_hlo(size, monkeypatch, **train) -> str:
+    """The HLO (before XLA's optimisation) of `size`'s bfloat16 training step with
+    config.train updated by `train`, on test_trainer's batch (its shapes set to
+    `BASE`'s for "base"): the program XLA compiles, by the trainer's `xla_scope` (the
+    forward/backward pass, or the whole step)."""
     if size == "base":
         for name, value in BASE.items():
             monkeypatch.setattr(test_trainer, name, value)
-    config = test_trainer._config(mixed_precision="bfloat16")  # pylint: disable=protected-access
+    config = test_trainer._config(mixed_precision="bfloat16", **train)  # pylint: disable=protected-access
     if size == "base":
         config.model = electra_config.get_config("base").model
     trainer = trainer_lib.Trainer(config, distribute.get_strategy(config.runtime),
                                   test_trainer.VOCAB, test_trainer.P)
     assert trainer.policy == "mixed_bfloat16"
-    return test_trainer._optimized_hlo(trainer, stage="hlo")  # pylint: disable=protected-access
+    assert trainer.remat == train.get("remat", "selective")  # auto on a CPU: selective
+    if trainer.xla_scope == "whole_step":
+        hlo = _whole_step_hlo(trainer)
+    else:
+        hlo = test_trainer._optimized_hlo(trainer, stage="hlo")  # pylint: disable=protected-access
+    # The backward pass: the training step's program, not evaluation's or the
+    # predictions view's (forward passes alone).
+    assert 'op_name="gradient_tape/' in hlo
+    return hlo
 
 
-@pytest.mark.parametrize("size, min_matmuls", [("tiny", 50), ("base", 600)])
-def test_the_bfloat16_step_has_no_float32_matmul(monkeypatch, size, min_matmuls):
-    hlo = _bfloat16_hlo(size, monkeypatch)
+def _whole_step_hlo(trainer) -> str:
+    """The HLO (before XLA's optimisation) of `trainer`'s whole step as one program, as
+    TPUStrategy compiles it (a GPU's loop of steps runs the same step in a `while`)."""
+    strategy = trainer.strategy
+    step = tf.function(lambda batch, index: strategy.run(
+        lambda batch, index: trainer.train_step(batch, index, trainer.stage),
+        args=(batch, index)), jit_compile=True)
+    batch = {k: tf.constant(v) for k, v in test_trainer._batch().items()}  # pylint: disable=protected-access
+    hlo = step.experimental_get_compiler_ir(batch, tf.constant(0, tf.int64))(stage="hlo")
+    # The step around the pass is in it: the gradient norm and the optimizer's update.
+    assert 'op_name="global_norm/' in hlo and "AssignSubVariableOp" in hlo
+    return hlo
+
+
+@pytest.mark.parametrize("size, train, min_matmuls", [
+    # The CPU's defaults: remat selective, the forward/backward pass compiled.
+    pytest.param("tiny", {}, 50, id="tiny"),
+    # What `auto` runs on a GPU (nothing recomputed, the whole step compiled: the
+    # optimizer and metrics in the program too), and what a TPU compiles.
+    pytest.param("tiny", {"remat": "none", "xla_scope": "whole_step"}, 50,
+                 id="tiny-whole_step"),
+    pytest.param("base", {}, 600, id="base")])
+def test_the_bfloat16_step_has_no_float32_matmul(monkeypatch, size, train, min_matmuls):
+    hlo = _bfloat16_hlo(size, monkeypatch, **train)
     matmuls = re.findall(r"\bdot\(", hlo)
     assert len(matmuls) > min_matmuls  # the whole forward/backward pass is there
     found = [(name, shape) for name, shape in _float32_matmuls(hlo)
