@@ -67,6 +67,7 @@ import keras
 import tensorflow as tf
 
 from electra_tf import compat
+from electra_tf import errors
 from electra_tf.model import attention
 from electra_tf.model import context as context_lib
 from electra_tf.model import dropout as dropout_lib
@@ -77,6 +78,15 @@ CHOICES = ("auto",) + MODES  # config.train.remat
 # and optimizer state leave of the device's memory: XLA's temporaries, the allocator's
 # fragmentation and the input pipeline's buffers need the rest.
 HEADROOM = 0.6
+
+
+def check_remat(mode: str) -> None:
+    """A one-line `UserError` unless `config.train.remat` (`mode`) is one of `CHOICES`
+    (needs no device: the pre-training `validate` calls it, and the trainer before
+    `choose`)."""
+    if mode not in CHOICES:
+        raise errors.UserError(f"config.train.remat={mode!r}: choose one of "
+                               f"{', '.join(CHOICES)}")
 
 
 def _mode() -> str:

@@ -39,28 +39,23 @@ from electra_tf.training import summaries
 from electra_tf.training import trainer as trainer_lib
 
 
-# config.train's keys whose allowed values a module of their own lists.
-_CHOICES = (("remat", remat.CHOICES), ("xla_scope", trainer_lib.XLA_SCOPES))
-
-
 def validate(config):
     """The config a pre-training run trains with, or a one-line `UserError` naming the
     key: every key present (`model_config.complete`: an earlier version's config.json
     lacks the later ones), every value in its range (`config_check`) or among its
-    choices (the optimizer, mixed precision and strategy named), the shape resolved and
-    explicit, as config.json keeps it (a generator_init's generator: its own), the
-    objective for its tie and algorithm, the generator mode, the temperature schedule and
-    the algorithm. Each check is written once, in the function that resolves the value
-    (`distribute.check_strategy`, `optimizer.check_optimizer`, ...); this runs every
+    choices (remat, xla_scope, the optimizer, mixed precision and strategy named), the
+    shape resolved and explicit, as config.json keeps it (a generator_init's generator:
+    its own), the objective for its tie and algorithm, the generator mode, the
+    temperature schedule and the algorithm. Each check is written once, beside the
+    allowed values or in the function that resolves the value (`remat.check_remat`,
+    `distribute.check_strategy`, `optimizer.check_optimizer`, ...); this runs every
     one that needs no device, data or workdir (what depends on the strategy, e.g. float16
     needing a GPU, the Trainer checks). The loop, `experiments/variants.py` and the
     training benchmark call it before anything is built or written."""
     config = model_config.complete(config)
     config_check.check(config)
-    for key, choices in _CHOICES:
-        if config.train[key] not in choices:
-            raise errors.UserError(f"config.train.{key}={config.train[key]!r}: choose one "
-                                   f"of {', '.join(choices)}")
+    remat.check_remat(config.train.remat)
+    trainer_lib.check_xla_scope(config.train.xla_scope)
     optimizer_lib.check_optimizer(config.train)
     distribute.check_mixed_precision(config.train.mixed_precision)
     distribute.check_strategy(config.runtime)

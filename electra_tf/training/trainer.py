@@ -444,6 +444,14 @@ def _add_gradient(total, gradient):
 XLA_SCOPES = ("auto", "whole_step", "forward_backward")
 
 
+def check_xla_scope(scope: str) -> None:
+    """A one-line `UserError` unless `config.train.xla_scope` (`scope`) is one of
+    `XLA_SCOPES` (needs no device: the pre-training `validate` calls it, and `xla_scope`)."""
+    if scope not in XLA_SCOPES:
+        raise errors.UserError(f"config.train.xla_scope={scope!r}: choose one of "
+                               f"{', '.join(XLA_SCOPES)}")
+
+
 def xla_scope(train_config, strategy) -> str:
     """What XLA compiles of a training step: "whole_step" (the forward/backward pass,
     all-reduce, clipping, optimizer update and metrics in one program), "forward_backward"
@@ -453,11 +461,12 @@ def xla_scope(train_config, strategy) -> str:
     (the optimizer's few hundred small kernels and their launches leave the step); the
     forward/backward pass on a CPU, where the whole step is a little faster but holds more
     memory (BENCHMARKS.md, "Memory"), and under Mirrored and multi-worker strategies,
-    which cannot compile the cross-device all-reduce and update. `train_config.xla_scope`
-    is one of `XLA_SCOPES` (`loop.validate` checks it); what the strategy refuses is
-    checked here.
+    which cannot compile the cross-device all-reduce and update. A one-line `UserError`
+    where `train_config.xla_scope` is not one of `XLA_SCOPES` (`check_xla_scope`) or is
+    one the strategy refuses.
     """
     scope = train_config.xla_scope
+    check_xla_scope(scope)
     if distribute.is_tpu(strategy):
         return "whole_step"  # TPUStrategy compiles every step whole, whatever is asked
     if not train_config.jit_compile:
@@ -480,10 +489,12 @@ def xla_scope(train_config, strategy) -> str:
 
 def remat_mode(mode: str, strategy, model, local_batch: int, seq_len: int,
                num_predictions: int, policy: str) -> tuple[str, str]:
-    """(the recomputation to run, why): `remat.choose` for this replica's step, its
-    activations estimated from the model's shape (the generator's pass counted where
-    the objective has none: an upper bound) and 16 bytes per weight of state (float32
-    weight, gradient and Adam's two moments)."""
+    """(the recomputation to run, why) for `mode` (config.train.remat, checked:
+    `remat.check_remat`): `remat.choose` for this replica's step, its activations
+    estimated from the model's shape (the generator's pass counted where the objective
+    has none: an upper bound) and 16 bytes per weight of state (float32 weight, gradient
+    and Adam's two moments)."""
+    remat.check_remat(mode)
     shape = model.shape
     activations = remat.activation_bytes(
         [shape.discriminator, shape.generator], local_batch, seq_len,

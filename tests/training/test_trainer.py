@@ -219,6 +219,8 @@ def test_remat_auto_chooses_by_the_device_and_its_memory(plain, monkeypatch):
     assert chosen == "selective" and "do not fit" in reason, reason
     chosen, reason = mode("gpu", 4 * 2**20, batch=1)
     assert chosen == "none" and " fit in 60% of the GPU's" in reason, reason
+    with pytest.raises(errors.UserError, match=r"^config.train.remat='all': choose one of"):
+        trainer_lib.remat_mode("all", None, model, BATCH, SEQ, P, "float32")  # unvalidated
 
 
 def test_bad_values_are_one_line_errors_naming_the_key():
@@ -246,6 +248,8 @@ def test_bad_values_are_one_line_errors_naming_the_key():
     with pytest.raises(errors.UserError, match="xla_scope='whole_step' needs "
                        "config.train.jit_compile=true"):
         trainer_lib.xla_scope(_config(jit_compile=False, xla_scope="whole_step").train, strategy)
+    with pytest.raises(errors.UserError, match=r"^config.train.xla_scope='everything': "):
+        trainer_lib.xla_scope(_config(xla_scope="everything").train, strategy)  # unvalidated
 
 
 def test_the_step_seeds_each_pass_as_the_model_does(plain):
