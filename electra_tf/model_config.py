@@ -86,17 +86,34 @@ def complete(config) -> ml_collections.ConfigDict:
     (0.2, 'joint')
     """
     data = config.to_dict() if hasattr(config, "to_dict") else config
-    completed = ml_collections.ConfigDict(data)
-    for key, value in EARLIER_DEFAULTS.items():
-        section, name = key.split(".")
-        if section not in completed:
-            completed[section] = ml_collections.ConfigDict()
-        if name not in completed[section]:
-            completed[section][name] = value
+    completed = fill_absent(ml_collections.ConfigDict(data), EARLIER_DEFAULTS)
     model = completed.model
     if "attention_dropout" not in model and "dropout" in model:
         model.attention_dropout = model.dropout
     return completed
+
+
+def fill_absent(config: ml_collections.ConfigDict, defaults: dict) -> ml_collections.ConfigDict:
+    """`config`, changed in place: each key of `defaults` ("section.name", or "section"
+    for a whole section) that it lacks set to its value, the sections on the way made
+    where absent; what `config` holds is kept. Pre-training's `complete` and
+    fine-tuning's (`finetuning/loop.py`) fill an earlier version's config.json with it.
+
+    >>> config = ml_collections.ConfigDict({"train": {"steps": 5}})
+    >>> config = fill_absent(config, {"train.steps": 1, "train.seed": 0, "data": {}})
+    >>> config.train.steps, config.train.seed, dict(config.data)
+    (5, 0, {})
+    """
+    for key, value in defaults.items():
+        *sections, name = key.split(".")
+        node = config
+        for section in sections:
+            if section not in node:
+                node[section] = ml_collections.ConfigDict()
+            node = node[section]
+        if name not in node:
+            node[name] = value
+    return config
 
 
 def _dims(model, keys: dict) -> dict:
@@ -307,7 +324,7 @@ def temperature_schedule(config):
     if kind not in sampling.SCHEDULES:
         raise errors.UserError(f"config.model.temperature_schedule={kind!r}: choose one of "
                                f"{', '.join(sampling.SCHEDULES)}")
-    steps = int(model.temperature_steps or 0) or config.train.steps
+    steps = int(model.temperature_steps) or config.train.steps
     return sampling.TemperatureSchedule(kind, float(model.temperature), steps)
 
 

@@ -198,13 +198,11 @@ def complete(config) -> ml_collections.ConfigDict:
         config.to_dict() if hasattr(config, "to_dict") else config)
     defaults = ml_collections.ConfigDict({"data": {}, "model": {}, "train": {}})
     tasks.get(completed.task, defaults).configure(defaults)
-    for section, fields in defaults.items():
-        if section not in completed:
-            completed[section] = ml_collections.ConfigDict()
-        for name, value in fields.items():
-            if name not in completed[section]:
-                completed[section][name] = value
-    return completed
+    # Every section of the defaults, empty where neither the config nor the task fills it.
+    return model_config.fill_absent(completed, {
+        **{section: ml_collections.ConfigDict() for section in defaults},
+        **{f"{section}.{name}": value
+           for section, fields in defaults.items() for name, value in fields.items()}})
 
 
 def validate(config) -> ml_collections.ConfigDict:

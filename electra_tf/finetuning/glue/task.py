@@ -113,7 +113,6 @@ class GlueTask(task_lib.Task):
                                         lower_case=lower_case)
 
 
-
 # The members, one a spec, in `specs.TASKS`' order (a GLUE-like task is a spec there).
 MEMBERS = tuple(type(f"Glue{spec.name.upper()}", (GlueTask,), {"spec": spec})
                 for spec in specs.TASKS.values())
