@@ -17,8 +17,9 @@ compiles of it is chosen in one place, the `# ---- what XLA compiles` block of
 which is what TPUs need), one per stage of the algorithm, its stage bound when it is
 made (`train_loop`). The loop ends early, at a step boundary, when SIGTERM has set
 `stop_requested` or a step's losses or gradient norm were not finite (`nonfinite`). With
-the whole step compiled on one device (a GPU), the loop itself runs inside XLA, one
-launch per loop (`_compile_xla_loop`), and sees `stop_requested` at the launch.
+the whole step compiled (one GPU, TPUs), the loop itself runs inside XLA, one launch
+per loop (`_compile_xla_loop`; one replica function, `_replica_loop`, for both), and
+`stop_requested` is read between launches.
 
 What a step's pass needs besides its batch is one immutable value, the step context
 (`model/context.py`), built once per step by `step_context` and handed down as one
@@ -92,7 +93,8 @@ class Trainer:
             self.train_metrics = metrics_lib.PretrainingMetrics(
                 objective=self.objective, algorithm=self.algorithm)
             self.eval_metrics = metrics_lib.PretrainingMetrics(objective=self.objective)
-        # Host state that the compiled loop reads or writes once per step.
+        # Host state, outside the strategy's scope: the loop's host side reads it before
+        # each launch and writes it after (a TPU program reaches only the scope's).
         self.stop_requested = tf.Variable(False, trainable=False, name="stop_requested")
         # (step, which): the first step whose losses (bit 2^i: the objective's
         # `loss_names[i]`; electra: mlm_loss 1, rtd_loss 2) or gradient norm (the next
@@ -106,9 +108,10 @@ class Trainer:
 
         # ---- what XLA compiles: decided here and nowhere else (`xla_scope` picks it).
         #   whole_step        `train_step` is one program (we compile it; TPUStrategy
-        #                     compiles every step by itself), the forward/backward pass a
-        #                     plain call inside it: a jit_compile function nested in
-        #                     another gets the variables it reads as compile-time
+        #                     compiles what it runs by itself), `steps_per_loop` of them
+        #                     in one `while` (`_compile_xla_loop`), the forward/backward
+        #                     pass a plain call inside it: a jit_compile function nested
+        #                     in another gets the variables it reads as compile-time
         #                     constants (TF 2.21) and compiles again at every step.
         #   forward_backward  each micro-batch's `_forward_backward` is one program; the
         #                     all-reduce, clipping and update run as TF ops.
@@ -264,9 +267,11 @@ class Trainer:
 
     def _compile_loop(self, stage: str):
         """`num_steps` steps of `stage` in one `tf.function`; fewer when a stop is
-        requested or a step is not finite (checked before every step)."""
-        if self._jit_step:
-            return self._compile_xla_loop(stage)
+        requested or a step is not finite. With the whole step compiled (one device,
+        TPUs) the steps run inside XLA, `steps_per_loop` a launch (`_compile_xla_loop`);
+        otherwise each step is a launch of its own, the stop checked before every step."""
+        if self.xla_scope == "whole_step":
+            return self._compile_xla_loop(stage, jit_compile=self._jit_step)
 
         def step_fn(batch, step):
             return self.train_step(batch, step, stage)
@@ -281,49 +286,86 @@ class Trainer:
                 while tf.logical_and(done < num_steps, self._running()):
                     bad = self.strategy.run(step_fn,
                                             args=(next(iterator), self.step.value()))
-                    self.step.assign_add(1)
-                    self._record_nonfinite(
+                    which, skipped = self._nonfinite_bits(
                         self.strategy.experimental_local_results(bad)[0] > 0)
+                    self.step.assign_add(1)
+                    self._record_nonfinite(which, skipped)
                     done += 1
         return tf.function(loop)
 
-    def _compile_xla_loop(self, stage: str):
-        """The loop of the whole step on one device, inside one XLA program: a `while`
-        over up to `steps_per_loop` steps, one launch per `steps_per_loop` steps instead
-        of one per step. An iterator cannot be read inside XLA, so each program's batches
-        are read first, as many as it runs (the data's position stays the step's), and
-        stacked with zeros where there are fewer, which no step reads (the loop's
-        batches are on the device at once: ~9 KB an example at sequence 512, 0.23 GB
-        for 100 steps at batch 256). XLA reads `stop_requested` at the launch: a
-        SIGTERM stops the loop at the end of that program, not at the next step."""
+    def _compile_xla_loop(self, stage: str, jit_compile: bool):
+        """The loop of the whole step, its steps inside XLA: each launch runs up to
+        `steps_per_loop` steps in one program (`_replica_loop`, a `while`), instead of
+        one program per step. One device compiles the replica loop here (`jit_compile`);
+        TPUStrategy compiles for the TPU what its `strategy.run` runs, so it is given the
+        plain function: a TPU runs the function the CPU tests run.
+
+        An iterator cannot be read inside XLA, so each launch's batches are read first,
+        as many as it runs (the data's position stays the step's: `_read_if`), and the
+        program takes `steps_per_loop` of them, the first one again where it runs fewer
+        (no step reads those). The count of steps is an argument: one program for every
+        count (one compilation per stage, on a TPU as on a GPU), at the price of the
+        loop's batches being on the device at once (~9 KB an example at sequence 512,
+        0.23 GB for 100 steps at batch 256) and of a traced graph with one read per
+        step of the loop. The host reads `stop_requested` between launches: a SIGTERM
+        stops the loop at the end of the running launch, not at the next step."""
         size = self.config.train.steps_per_loop
-
-        def steps(batches, num_steps):  # batches: {name: [size, rows, ...]}
-            def run(i):
-                bad = self.train_step(tf.nest.map_structure(lambda t: t[i], batches),
-                                      self.step.value(), stage)
-                self.step.assign_add(1)
-                self._record_nonfinite(bad > 0)
-                return (i + 1,)
-
-            def more(i):
-                return tf.logical_and(i < num_steps, self._running())
-            tf.while_loop(more, run, (tf.constant(0, num_steps.dtype),))
-        compiled = tf.function(steps, jit_compile=True)
+        replica_loop = self._replica_loop(stage, jit_compile)
 
         def loop(iterator, num_steps):
             with tracebacks.short_tracebacks():
-                zeros = tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype),
-                                              iterator.element_spec)
                 done = tf.zeros_like(num_steps)
                 while tf.logical_and(done < num_steps, self._running()):
                     count = tf.minimum(num_steps - done, size)
-                    batches = [tf.cond(i < count, lambda: next(iterator), lambda: zeros)
-                               for i in range(size)]
-                    stacked = tf.nest.map_structure(lambda *t: tf.stack(t), *batches)
-                    self.strategy.run(compiled, args=(stacked, count))
+                    first = next(iterator)
+                    batches = [first] + [self._read_if(i < count, iterator, first)
+                                         for i in range(1, size)]
+                    ran, which, skipped = (
+                        self.strategy.experimental_local_results(value)[0]
+                        for value in self.strategy.run(
+                            replica_loop, args=(batches, count, self.step.value())))
+                    self.step.assign_add(tf.cast(ran, tf.int64))
+                    self._record_nonfinite(which, skipped)
                     done += count
         return tf.function(loop)
+
+    def _replica_loop(self, stage: str, jit_compile: bool):
+        """What one replica runs in one launch of `_compile_xla_loop`: `steps(batches,
+        count, step)` runs `train_step` of `stage` on `batches[:count]` (of a list of
+        `steps_per_loop` batches, stacked here) at steps `step`, `step + 1`, ..., in a
+        `while`, and ends after a step that is not finite. Returns (steps run, the
+        last one's non-finite bits, steps float16's optimizer skipped:
+        `_nonfinite_bits`), the same on every replica.
+
+        It reads and writes only what was made under the strategy's scope (the model,
+        optimizer and metrics): a TPU program reaches nothing else. The host state (the
+        stop flag, the step counter, the non-finite record) is read and written around
+        the launch. A jit-compiled function if `jit_compile` (one device), else the
+        plain function (TPUStrategy, and the CPU tests under MirroredStrategy)."""
+        def steps(batches, count, step):
+            # {name: [steps_per_loop, rows, ...]}
+            stacked = tf.nest.map_structure(lambda *t: tf.stack(t), *batches)
+
+            def run(i, _, skipped):
+                bad = self.train_step(tf.nest.map_structure(lambda t: t[i], stacked),
+                                      step + tf.cast(i, step.dtype), stage)
+                which, step_skipped = self._nonfinite_bits(bad > 0)
+                return i + 1, which, skipped + step_skipped
+
+            def more(i, which, _):
+                return tf.logical_and(i < count, tf.equal(which, 0))
+            none = tf.constant(0, tf.int64)
+            return tf.while_loop(more, run, (tf.zeros_like(count), none, none))
+        return tf.function(steps, jit_compile=True) if jit_compile else steps
+
+    def _read_if(self, read, iterator, otherwise):
+        """`next(iterator)` if `read`, else `otherwise` (a batch read before), one
+        replica's batch at a time: a distributed iterator gives a value per replica
+        (`PerReplica`), which `tf.cond` does not take."""
+        local = self.strategy.experimental_local_results
+        chosen = tf.cond(read, lambda: local(next(iterator)), lambda: local(otherwise))
+        return self.strategy.experimental_distribute_values_from_function(
+            lambda context: chosen[context.replica_id_in_sync_group])
 
     def _running(self):
         """Whether the loop goes on: no stop requested, every step so far finite."""
@@ -350,15 +392,24 @@ class Trainer:
         self.algorithm.begin(self.model, step)
         self.stage = self.algorithm.stage(step)
 
-    def _record_nonfinite(self, bad):
-        """bad: [losses + 1] bool, each loss (`loss_names`) and the gradient norm not
-        finite at this step."""
+    def _nonfinite_bits(self, bad):
+        """(which, skipped) of one step from `bad`, [losses + 1] bool (each loss of
+        `loss_names` and the gradient norm not finite): `which` sums 2^i over the
+        quantities that were not finite (0: all were), `skipped` is 1 where float16's
+        optimizer skipped the update, else 0 (int64 scalars)."""
+        skipped = tf.constant(0, tf.int64)
         if self.loss_scaling:
             # float16: the optimizer has skipped the update (and lowered the loss scale).
-            self.skipped_steps.assign_add(tf.cast(bad[-1], tf.int64))
+            skipped = tf.cast(bad[-1], tf.int64)
             bad = tf.concat([bad[:-1], [False]], 0)
         bits = tf.constant([2**i for i in range(len(self._checked_names))], tf.int64)
-        which = tf.reduce_sum(tf.cast(bad, tf.int64) * bits)
+        return tf.reduce_sum(tf.cast(bad, tf.int64) * bits), skipped
+
+    def _record_nonfinite(self, which, skipped):
+        """On the host, after steps that end at `self.step`: adds float16's `skipped`
+        steps, and records `self.step` with `which`, the last step's non-finite bits
+        (`_nonfinite_bits`), as the first non-finite step unless one was recorded."""
+        self.skipped_steps.assign_add(skipped)
         first = tf.logical_and(which > 0, self.nonfinite[0] < 0)
         self.nonfinite.assign(tf.where(first, tf.stack([self.step.value(), which]),
                                        self.nonfinite.value()))

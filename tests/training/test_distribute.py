@@ -93,6 +93,37 @@ config.train.accumulation_steps = 1
 np.savez(out_npz, loss=np.asarray(loss), acc_loss=np.asarray(acc_loss),
          **{f"grad_{i:03d}": np.asarray(g) for i, g in enumerate(grads)},
          **{f"acc_grad_{i:03d}": np.asarray(g) for i, g in enumerate(acc_grads)})
+
+# The loop inside XLA (`Trainer._replica_loop`, given uncompiled, as TPUStrategy is
+# given it) against the loop of one launch a step: 3 steps at 2 a loop, on 4 distinct
+# batches in turn. MirroredStrategy cannot run the real step inside a `while` (Keras
+# updates its optimizer's step count in a merge_call, which only a TPU's replica
+# context runs in a loop body), so the step here only adds to a variable what each
+# replica was given: its rows' ids, times (step + 1) and (replica + 1).
+def probe_step(probe, batch, step):
+    replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+    ids = tf.reduce_sum(tf.cast(batch["input_ids"], tf.float32))
+    probe.assign_add(ids * tf.cast(step + 1, tf.float32) * tf.cast(replica + 1, tf.float32))
+    return tf.zeros([len(trainer._checked_names)])
+
+config.train.steps_per_loop = 2
+turns = {k: np.concatenate([np.roll(v, shift, 0) for shift in range(4)]) for k, v in batch.items()}
+loops = {}
+for name in ("per_step", "inside"):
+    with strategy.scope():
+        probe = tf.Variable(0.0, synchronization=tf.VariableSynchronization.ON_READ,
+                            aggregation=tf.VariableAggregation.SUM)
+    trainer.step.assign(0)
+    trainer.train_step = lambda batch, step, stage, probe=probe: probe_step(probe, batch, step)
+    loop = (trainer._compile_xla_loop(trainer.stage, jit_compile=False) if name == "inside"
+            else trainer._compile_loop(trainer.stage))
+    iterator = iter(strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices(turns).batch(BATCH, drop_remainder=True).repeat()))
+    loop(iterator, tf.constant(3))
+    following = np.concatenate(strategy.experimental_local_results(next(iterator)["input_ids"]))
+    loops[name] = [float(probe.numpy()), int(trainer.step.numpy()),
+                   [shift for shift in range(4) if np.array_equal(
+                       following, np.roll(batch["input_ids"], shift, 0))]]
 config.train.xla_scope = "whole_step"
 try:
     trainer_lib.Trainer(config, strategy, VOCAB, P)
@@ -113,7 +144,7 @@ with open(out_json, "w") as f:
                "names": [v.path for v in trainer.model.trainable_variables],
                "swapped_loss": float(swapped_loss), "other_step_loss": float(other_step_loss),
                "odd_batch_error": odd_batch_error, "whole_step_error": whole_step_error,
-               "xla_scope": trainer.xla_scope}, f)
+               "xla_scope": trainer.xla_scope, "loops": loops}, f)
 '''
 
 
@@ -206,6 +237,19 @@ def test_accumulated_micro_batches_give_the_whole_batch_gradient(strategy_runs, 
         scale = np.abs(one[key]).max()
         np.testing.assert_allclose(run[f"acc_{key}"], one[key], rtol=RTOL,
                                    atol=RTOL * scale + 1e-9, err_msg=variable)
+
+
+@pytest.mark.parametrize("name", ["one_device", "mirrored"])
+def test_the_loop_inside_xla_gives_each_replica_its_rows_and_reads_what_it_runs(
+        strategy_runs, name):
+    """The host side of the loop inside XLA under each strategy (a batch per replica:
+    read replica by replica, stacked inside the replica function): 3 steps at 2 a loop
+    give every replica the rows and steps that the loop of one launch a step gives it,
+    and leave the data at the 4th batch (the launch of 1 step read 1 batch)."""
+    _, info = strategy_runs[name]
+    assert info["loops"]["inside"] == info["loops"]["per_step"], info["loops"]
+    value, steps, position = info["loops"]["inside"]
+    assert value > 0 and steps == 3 and position == [3]
 
 
 def test_what_xla_compiles_follows_the_strategy(strategy_runs):

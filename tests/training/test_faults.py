@@ -53,8 +53,16 @@ def _run(trainer, iterator, steps):
     return int(trainer.step.numpy())
 
 
-def test_a_nonfinite_step_stops_the_loop_there_and_is_named():
+@pytest.mark.parametrize("inside_xla", [False, True])
+def test_a_nonfinite_step_stops_the_loop_there_and_is_named(inside_xla, monkeypatch):
+    """Also in the loop of the whole step (`Trainer._replica_loop`, its `while` carrying
+    the non-finite bits out to the host), run as TPUStrategy is given it: not compiled
+    here."""
     trainer, iterator = _trainer()
+    if inside_xla:
+        xla_loop = trainer._compile_xla_loop  # pylint: disable=protected-access
+        monkeypatch.setattr(trainer, "_compile_loop",
+                            lambda stage: xla_loop(stage, jit_compile=False))
     assert _run(trainer, iterator, 2) == 2 and trainer.nonfinite_step() is None
     embeddings = trainer.model.embeddings.trainable_variables[0]
     embeddings.assign(tf.fill(embeddings.shape, np.nan))

@@ -120,22 +120,80 @@ def test_a_step_builds_its_context_once_and_its_micro_batches_derive_theirs(monk
     assert len(built) == 1 and len(derived) == 1  # the micro-batch loop: traced once
 
 
-def test_the_whole_step_under_xla_computes_the_same_step(plain):
+@pytest.fixture(scope="module")
+def whole_step():
+    """(`_train` with the whole step under XLA at 2 steps a loop, {id(handle): whether
+    it was made under the strategy's scope} of every variable the trainer made)."""
+    in_scope = {}
+
+    def record(next_creator, **kwargs):
+        variable = next_creator(**kwargs)
+        in_scope[id(variable.handle)] = tf.distribute.has_strategy()
+        return variable
+    with tf.variable_creator_scope(record):
+        run = _train(xla_scope="whole_step", steps_per_loop=2)
+    return run, in_scope
+
+
+def test_the_whole_step_under_xla_computes_the_same_step(plain, whole_step):
     """The optimizer and metrics inside XLA too (as on TPUs and one GPU): the same
     updates, and the same sampling noise (integer draws, which TF's kernels and XLA
-    agree on). On one device the loop is inside XLA as well (a `while` in the compiled
-    program, `steps_per_loop` steps a launch): 3 steps at 2 a loop, a program of 2 and
-    one of 1 (its second batch zeros that no step reads), end where the plain steps,
-    run one by one, end."""
-    run = _train(xla_scope="whole_step", steps_per_loop=2)
+    agree on). The loop is inside XLA as well (a `while` in the compiled program,
+    `steps_per_loop` steps a launch): 3 steps at 2 a loop, a program of 2 and one of 1
+    (its second batch the first again, which no step reads), end where the plain
+    steps, run one by one, end."""
+    run, _ = whole_step
     assert run[0].xla_scope == "whole_step"
     _assert_same(run, plain)
-    (traced,) = run[0].train_loop._list_all_concrete_functions()  # pylint: disable=protected-access
+
+
+def _reachable(library, name):
+    """Function `name` and every function it calls, by name."""
+    found, pending = {name}, [name]
+    while pending:
+        for node in library[pending.pop()].node_def:
+            for attr in node.attr.values():
+                if attr.HasField("func") and attr.func.name not in found:
+                    found.add(attr.func.name)
+                    pending.append(attr.func.name)
+    return found
+
+
+def _ops(library, names):
+    return {node.op for name in names for node in library[name].node_def}
+
+
+def test_the_loop_inside_xla_is_one_launch_of_a_while_over_the_steps(whole_step):
+    """What a TPU needs of the loop, checked on the traced graph: the host's loop
+    launches one compiled program a turn (one call site, in the body of its `while`),
+    and that program is one `while` whose body holds the step (its matrix multiplies
+    and variable updates; none outside). The program reaches only variables made
+    under the strategy's scope (a TPU program can reach no other): the host state
+    (stop flag, non-finite record, float16's skipped steps) stays with the host."""
+    ((trainer, _, _), in_scope) = whole_step
+    (traced,) = trainer.train_loop._list_all_concrete_functions()  # pylint: disable=protected-access
     graph = traced.graph.as_graph_def()
-    compiled = [f for f in graph.library.function if f.attr["_XlaMustCompile"].b]
-    assert compiled and any(node.op in ("While", "StatelessWhile")
-                            for f in compiled for node in f.node_def), (
-        [f.signature.name for f in graph.library.function])
+    library = {f.signature.name: f for f in graph.library.function}
+    (program,) = [name for name, f in library.items() if f.attr["_XlaMustCompile"].b]
+    calls = [(name, node.op) for name, f in library.items() for node in f.node_def
+             if any(a.func.name == program for a in node.attr.values())]
+    (host_loop,) = [node for node in graph.node if node.op == "While"]
+    assert calls == [(host_loop.attr["body"].func.name, "StatefulPartitionedCall")], calls
+    (loop,) = [node for node in library[program].node_def
+               if node.op in ("While", "StatelessWhile")]
+    step = _ops(library, _reachable(library, loop.attr["body"].func.name))
+    matmuls = {"MatMul", "BatchMatMulV2", "Einsum"}
+    assert step & matmuls and "AssignVariableOp" in step, sorted(step)
+    host = {node.op for node in graph.node} | _ops(
+        library, set(library) - _reachable(library, program))
+    assert not host & matmuls, sorted(host)
+
+    compiled = traced.graph._functions[program].graph  # pylint: disable=protected-access
+    captured = [outside for outside, _ in compiled.captures if outside.dtype == tf.resource]
+    assert len(captured) > len(trainer.model.trainable_variables)  # + slots and metrics
+    assert all(in_scope.get(id(handle)) for handle in captured)
+    host_state = (trainer.stop_requested, trainer.nonfinite, trainer.skipped_steps)
+    assert all(not in_scope[id(v.handle)] for v in host_state)
 
 
 def _optimized_hlo(trainer, stage="optimized_hlo"):
