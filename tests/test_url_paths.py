@@ -1,5 +1,6 @@
-"""A whole run with every path a URL, as a TPU run has them on gs://: TF's `ram://` file
-system stands for it in one process (no Python `open()` or `os.path` call reads it).
+"""A whole run with every path a URL, as a TPU run has them on gs://, twice: on TF's
+`ram://` in one process (no Python `open()` or `os.path` call reads it), and on `gs://`
+through TF's own GCS client, over HTTPS to an emulator (tests/gcs_emulator.py).
 Create data → pre-train → resume → export → fine-tune, through the functions the binaries
 call, on the tiny model for a few steps."""
 
@@ -19,9 +20,11 @@ from electra_tf.serving import export
 from electra_tf.text import corpus
 from electra_tf.text import tokenizer
 from electra_tf.training import loop
+from tests import gcs_emulator
 from tests import helpers
 
-# Two trainings, an export and a fine-tuning, each compiled: ~100 s on 2 cores.
+# On each file system two trainings, an export and a fine-tuning, each compiled: ~60 s a
+# file system on 2 cores.
 pytestmark = pytest.mark.slow
 
 SEQ = 16
@@ -38,8 +41,19 @@ def _tsv(rows):
     return out.getvalue()
 
 
-@pytest.fixture(scope="module")
-def root():
+@pytest.fixture(scope="module", params=["ram", "gs"])
+def root(request, tmp_path_factory):
+    """The folder that holds every path of the run: ram://…, or gs://BUCKET/… emulated."""
+    if request.param == "gs":
+        pytest.importorskip("gcp_storage_emulator", reason="pip install -r requirements-test.txt")
+        with gcs_emulator.running(tmp_path_factory.mktemp("gcs")) as env, \
+                pytest.MonkeyPatch.context() as patch:
+            for name in ("no_proxy", "NO_PROXY"):  # could send libcurl past the emulator
+                patch.delenv(name, raising=False)
+            for name, value in env.items():
+                patch.setenv(name, value)
+            yield f"gs://{gcs_emulator.BUCKET}/url_paths"
+        return
     url = f"ram://url_paths_{os.getpid()}"
     yield url
     try:
@@ -50,7 +64,7 @@ def root():
 
 @pytest.fixture(scope="module")
 def pretrained(root):
-    """The pre-training run, resumed once: ram://…/run."""
+    """The pre-training run, resumed once: ROOT/run."""
     _write(f"{root}/vocab.txt", "\n".join(tokenizer.SPECIAL_TOKENS + list(helpers.WORDS)) + "\n")
     vocab = tokenizer.Vocab.load(f"{root}/vocab.txt")
     corpus.write_corpus(corpus.documents_to_lines(
