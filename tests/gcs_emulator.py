@@ -1,6 +1,6 @@
-"""Google Cloud Storage on this machine, for TF's own `gs://` client: `with running(DIR)
-as env:` starts it in a child process and gives the environment that sends tf.io.gfile's
-`gs://` requests there.
+"""Google Cloud Storage on this machine, for TF's own `gs://` client: `with bucket(DIR) as
+root:` starts it in a child process and points this process's tf.io.gfile at it, `root`
+being "gs://BUCKET" (`running(DIR)` gives the environment instead of setting it).
 
 TF's GCS file system has its endpoints compiled in (https://www.googleapis.com/storage/v1/,
 https://storage.googleapis.com) and no emulator setting, but its libcurl takes a proxy
@@ -56,6 +56,19 @@ def running(directory):
     finally:
         child.terminate()
         child.wait()
+
+
+@contextlib.contextmanager
+def bucket(directory):
+    """`running(directory)` with its environment set in this process while the block runs
+    (then restored); yields "gs://BUCKET"."""
+    import pytest  # pylint: disable=g-import-not-at-top
+    with running(directory) as env, pytest.MonkeyPatch.context() as patch:
+        for name in ("no_proxy", "NO_PROXY"):  # could send libcurl past the emulator
+            patch.delenv(name, raising=False)
+        for name, value in env.items():
+            patch.setenv(name, value)
+        yield f"gs://{BUCKET}"
 
 
 def _write_certificates(directory):

@@ -46,13 +46,8 @@ def root(request, tmp_path_factory):
     """The folder that holds every path of the run: ram://…, or gs://BUCKET/… emulated."""
     if request.param == "gs":
         pytest.importorskip("gcp_storage_emulator", reason="pip install -r requirements-test.txt")
-        with gcs_emulator.running(tmp_path_factory.mktemp("gcs")) as env, \
-                pytest.MonkeyPatch.context() as patch:
-            for name in ("no_proxy", "NO_PROXY"):  # could send libcurl past the emulator
-                patch.delenv(name, raising=False)
-            for name, value in env.items():
-                patch.setenv(name, value)
-            yield f"gs://{gcs_emulator.BUCKET}/url_paths"
+        with gcs_emulator.bucket(tmp_path_factory.mktemp("gcs")) as bucket:
+            yield f"{bucket}/url_paths"
         return
     url = f"ram://url_paths_{os.getpid()}"
     yield url

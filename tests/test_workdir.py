@@ -13,6 +13,7 @@ import pytest
 
 from electra_tf import errors
 from electra_tf import workdir as workdir_lib
+from tests import gcs_emulator
 from tests import helpers
 
 
@@ -45,12 +46,21 @@ def test_a_second_lock_is_refused_naming_the_holder(tmp_path):
     workdir_lib.Lock(run).acquire().release()  # free again
 
 
-def test_on_a_url_file_system_the_lock_holds_and_files_are_written_whole():
+@pytest.mark.parametrize("scheme", ["ram", "gs"])
+def test_on_a_url_file_system_the_lock_holds_and_files_are_written_whole(scheme, tmp_path):
     """TF's `ram://`, whose exists() matches by prefix (DIR/NAME exists while DIR/NAME.x
     does): the lock, its refusal, its takeover and the files written aside must not
-    write NAME-prefixed temporaries (gs:// runs take the same paths)."""
+    write NAME-prefixed temporaries; and `gs://` through TF's GCS client, emulated."""
+    if scheme == "gs":
+        pytest.importorskip("gcp_storage_emulator", reason="pip install -r requirements-test.txt")
+        with gcs_emulator.bucket(tmp_path) as bucket:
+            _lock_on_url_file_system(f"{bucket}/workdir_test_{os.getpid()}/run")
+    else:
+        _lock_on_url_file_system(f"ram://workdir_test_{os.getpid()}/run")
+
+
+def _lock_on_url_file_system(run):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    run = f"ram://workdir_test_{os.getpid()}/run"
     with workdir_lib.Lock(run) as lock:
         assert workdir_lib.Lock(run)._read()["token"] == lock.token  # pylint: disable=protected-access
         with pytest.raises(errors.UserError, match=r"in use by another run \(pid "):
