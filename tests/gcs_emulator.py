@@ -56,6 +56,7 @@ def running(directory):
     finally:
         child.terminate()
         child.wait()
+        child.stdout.close()
 
 
 @contextlib.contextmanager
