@@ -338,10 +338,12 @@ class Trainer:
         `_nonfinite_bits`), the same on every replica.
 
         It reads and writes only what was made under the strategy's scope (the model,
-        optimizer and metrics): a TPU program reaches nothing else. The host state (the
-        stop flag, the step counter, the non-finite record) is read and written around
-        the launch. A jit-compiled function if `jit_compile` (one device), else the
-        plain function (TPUStrategy, and the CPU tests under MirroredStrategy)."""
+        optimizer and metrics): a TPU program reaches nothing else. Its first step comes
+        as an argument; the step counter (also the scope's) is advanced around the
+        launch, and the host state (the stop flag, the non-finite record, float16's
+        count of skipped steps) is read and written there. A jit-compiled function if
+        `jit_compile` (one device), else the plain function (TPUStrategy, and the CPU
+        tests under MirroredStrategy)."""
         def steps(batches, count, step):
             # {name: [steps_per_loop, rows, ...]}
             stacked = tf.nest.map_structure(lambda *t: tf.stack(t), *batches)
@@ -402,8 +404,10 @@ class Trainer:
             # float16: the optimizer has skipped the update (and lowered the loss scale).
             skipped = tf.cast(bad[-1], tf.int64)
             bad = tf.concat([bad[:-1], [False]], 0)
-        bits = tf.constant([2**i for i in range(len(self._checked_names))], tf.int64)
-        return tf.reduce_sum(tf.cast(bad, tf.int64) * bits), skipped
+        # int32 until the sum: inside the replica loop this is TPU code, where int64
+        # tensors are emulated (only scalars stay int64).
+        bits = tf.constant([2**i for i in range(len(self._checked_names))], tf.int32)
+        return tf.cast(tf.reduce_sum(tf.cast(bad, tf.int32) * bits), tf.int64), skipped
 
     def _record_nonfinite(self, which, skipped):
         """On the host, after steps that end at `self.step`: adds float16's `skipped`

@@ -54,7 +54,7 @@ def _bfloat16_hlo(size, monkeypatch, **train) -> str:
     """The HLO (before XLA's optimisation) of `size`'s bfloat16 training step with
     config.train updated by `train`, on test_trainer's batch (its shapes set to
     `BASE`'s for "base"): the program XLA compiles, by the trainer's `xla_scope` (the
-    forward/backward pass, or the whole step)."""
+    forward/backward pass, or the replica loop of the whole step)."""
     if size == "base":
         for name, value in BASE.items():
             monkeypatch.setattr(test_trainer, name, value)
@@ -65,6 +65,8 @@ def _bfloat16_hlo(size, monkeypatch, **train) -> str:
                                   test_trainer.VOCAB, test_trainer.P)
     assert trainer.policy == "mixed_bfloat16"
     assert trainer.remat == train.get("remat", "selective")  # auto on a CPU: selective
+    # test_trainer._config compiles the pass alone (auto on a CPU); never the other branch.
+    assert trainer.xla_scope == train.get("xla_scope", "forward_backward")
     if trainer.xla_scope == "whole_step":
         hlo = _whole_step_hlo(trainer)
     else:
@@ -76,16 +78,17 @@ def _bfloat16_hlo(size, monkeypatch, **train) -> str:
 
 
 def _whole_step_hlo(trainer) -> str:
-    """The HLO (before XLA's optimisation) of `trainer`'s whole step as one program, as
-    TPUStrategy compiles it (a GPU's loop of steps runs the same step in a `while`)."""
-    strategy = trainer.strategy
-    step = tf.function(lambda batch, index: strategy.run(
-        lambda batch, index: trainer.train_step(batch, index, trainer.stage),
-        args=(batch, index)), jit_compile=True)
+    """The HLO (before XLA's optimisation) of `trainer`'s replica loop, the program a
+    TPU or one GPU compiles for the whole step (`Trainer._replica_loop`: a `while`
+    over the steps of one launch), on `steps_per_loop` copies of the batch."""
+    replica_loop = trainer._replica_loop(trainer.stage, jit_compile=True)  # pylint: disable=protected-access
     batch = {k: tf.constant(v) for k, v in test_trainer._batch().items()}  # pylint: disable=protected-access
-    hlo = step.experimental_get_compiler_ir(batch, tf.constant(0, tf.int64))(stage="hlo")
-    # The step around the pass is in it: the gradient norm and the optimizer's update.
-    assert 'op_name="global_norm/' in hlo and "AssignSubVariableOp" in hlo
+    batches = [batch] * trainer.config.train.steps_per_loop
+    hlo = replica_loop.experimental_get_compiler_ir(
+        batches, tf.constant(1), tf.constant(0, tf.int64))(stage="hlo")
+    # The step around the pass is in it, inside the `while`: the gradient norm and the
+    # optimizer's update.
+    assert 'op_name="while/global_norm/' in hlo and "AssignSubVariableOp" in hlo
     return hlo
 
 

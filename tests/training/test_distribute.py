@@ -99,10 +99,12 @@ np.savez(out_npz, loss=np.asarray(loss), acc_loss=np.asarray(acc_loss),
 # batches in turn. MirroredStrategy cannot run the real step inside a `while` (Keras
 # updates its optimizer's step count in a merge_call, which only a TPU's replica
 # context runs in a loop body), so the step here only adds to a variable what each
-# replica was given: its rows' ids, times (step + 1) and (replica + 1).
+# replica was given: its rows' ids, each row's times (row + 1) so that each batch (a
+# roll of the rows) adds its own sum, times (step + 1) and (replica + 1).
 def probe_step(probe, batch, step):
     replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-    ids = tf.reduce_sum(tf.cast(batch["input_ids"], tf.float32))
+    rows = tf.cast(tf.range(1, tf.shape(batch["input_ids"])[0] + 1), tf.float32)
+    ids = tf.reduce_sum(tf.cast(batch["input_ids"], tf.float32) * rows[:, None])
     probe.assign_add(ids * tf.cast(step + 1, tf.float32) * tf.cast(replica + 1, tf.float32))
     return tf.zeros([len(trainer._checked_names)])
 
@@ -367,9 +369,11 @@ def test_every_batch_tensor_has_a_static_shape(data):
 @pytest.mark.parametrize("accumulation_steps,remat", [
     (1, "selective"), pytest.param(2, "blocks", marks=pytest.mark.slow)])
 def test_the_whole_step_compiles_with_xla_on_one_device(data, accumulation_steps, remat):
-    """What TPUStrategy does with the step: XLA over forward, backward, all-reduce,
-    optimizer and metrics, with static shapes (no bounded-dynamic dimension in the HLO);
-    also the micro-batch loop of gradient accumulation and the recomputed blocks."""
+    """What a TPU compiles: the replica loop of the whole step (`Trainer._replica_loop`,
+    a `while` over forward, backward, all-reduce, optimizer and metrics), given a
+    launch's list of batches as `_compile_xla_loop` gives it, with static shapes (no
+    bounded-dynamic dimension in the HLO); also the micro-batch loop of gradient
+    accumulation and the recomputed blocks."""
     import importlib.util  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from electra_tf.data import pipeline  # pylint: disable=g-import-not-at-top
@@ -385,6 +389,7 @@ def test_the_whole_step_compiles_with_xla_on_one_device(data, accumulation_steps
     config.train.jit_compile = True
     config.train.accumulation_steps = accumulation_steps
     config.train.remat = remat
+    config.train.steps_per_loop = 2
     config.runtime.strategy = "one_device"
     vocab, directory = data
     masking_config = pipeline.masking_config_for(vocab, SEQ)
@@ -395,27 +400,29 @@ def test_the_whole_step_compiles_with_xla_on_one_device(data, accumulation_steps
     trainer = trainer_lib.Trainer(config, strategy, vocab.size, masking_config.max_predictions)
     assert trainer.xla_scope == "whole_step"
 
-    step = tf.function(lambda batch, index: strategy.run(
-        lambda batch, index: trainer.train_step(batch, index, trainer.stage),
-        args=(batch, index)), jit_compile=True)
-    batch = next(iter(dataset))
-    index = tf.constant(0, tf.int64)
-    step(batch, index)
+    replica_loop = trainer._replica_loop(trainer.stage, jit_compile=True)  # pylint: disable=protected-access
+    launch = tf.function(lambda batches, count, step: strategy.run(
+        replica_loop, args=(batches, count, step)))
+    iterator = iter(dataset)
+    batches = [next(iterator) for _ in range(config.train.steps_per_loop)]
+    one, first = tf.constant(1), tf.constant(0, tf.int64)
+    assert [int(v) for v in launch(batches, one, first)] == [1, 0, 0]  # ran, which, skipped
     values = trainer.train_metrics.result()
     assert np.isfinite(values["loss"]) and values["loss"] > 0
     assert np.isfinite(values["grad_norm"]) and values["grad_norm"] > 0
     # The warm-up's learning rate is 0 at the first update: the second one moves weights.
     before = [v.numpy().copy() for v in trainer.model.trainable_variables]
-    step(batch, tf.constant(1, tf.int64))
+    launch(batches, one, tf.constant(1, tf.int64))
     assert int(trainer.optimizer.iterations.numpy()) == 2
     assert any(not np.array_equal(b, v.numpy())
                for b, v in zip(before, trainer.model.trainable_variables))
-    hlo = step.experimental_get_compiler_ir(batch, index)(stage="hlo")
+    hlo = replica_loop.experimental_get_compiler_ir(batches, one, first)(stage="hlo")
+    assert re.search(r"\bwhile\(", hlo)  # the steps' loop is in the program
     assert "<=" not in hlo  # e.g. f32[<=8,32]: a dynamic dimension TPUs cannot take
-    assert_tpu_ready(step.get_concrete_function(batch, index).graph, hlo)
+    assert_tpu_ready(replica_loop.get_concrete_function(batches, one, first).graph, hlo)
     # The ids TPUs gather by are int32 (int64 is emulated there), from the data on.
-    assert {k: v.dtype for k, v in batch.items()} == {
-        k: tf.float32 if k == "masked_lm_weights" else tf.int32 for k in batch}
+    assert {k: v.dtype for k, v in batches[0].items()} == {
+        k: tf.float32 if k == "masked_lm_weights" else tf.int32 for k in batches[0]}
 
 
 # What a TPU program may not hold. Traced ops: a call into Python or the host (strings,
@@ -432,7 +439,7 @@ _HLO_TYPES = re.compile(r"\b(f64|c64|c128)\[")
 
 
 def assert_tpu_ready(graph, hlo: str) -> None:
-    """Walks the traced step (its ops and those of every function it calls) and its
+    """Walks the traced program (its ops and those of every function it calls) and its
     HLO for what a TPU cannot run; int64 appears only as scalars and seeds (the step
     counter, the [2] seeds of stateless draws), never as a tensor of the batch."""
     graph_def = graph.as_graph_def()

@@ -53,16 +53,20 @@ def _run(trainer, iterator, steps):
     return int(trainer.step.numpy())
 
 
+def _inside_xla(trainer, monkeypatch):
+    """Gives `trainer` the loop of the whole step (`Trainer._replica_loop`, its `while`
+    carrying the non-finite bits and skipped steps out to the host), run as TPUStrategy
+    is given it: not compiled here."""
+    xla_loop = trainer._compile_xla_loop  # pylint: disable=protected-access
+    monkeypatch.setattr(trainer, "_compile_loop",
+                        lambda stage: xla_loop(stage, jit_compile=False))
+
+
 @pytest.mark.parametrize("inside_xla", [False, True])
 def test_a_nonfinite_step_stops_the_loop_there_and_is_named(inside_xla, monkeypatch):
-    """Also in the loop of the whole step (`Trainer._replica_loop`, its `while` carrying
-    the non-finite bits out to the host), run as TPUStrategy is given it: not compiled
-    here."""
     trainer, iterator = _trainer()
     if inside_xla:
-        xla_loop = trainer._compile_xla_loop  # pylint: disable=protected-access
-        monkeypatch.setattr(trainer, "_compile_loop",
-                            lambda stage: xla_loop(stage, jit_compile=False))
+        _inside_xla(trainer, monkeypatch)
     assert _run(trainer, iterator, 2) == 2 and trainer.nonfinite_step() is None
     embeddings = trainer.model.embeddings.trainable_variables[0]
     embeddings.assign(tf.fill(embeddings.shape, np.nan))
@@ -73,9 +77,14 @@ def test_a_nonfinite_step_stops_the_loop_there_and_is_named(inside_xla, monkeypa
     assert _run(trainer, iterator, 5) == 3  # stays stopped
 
 
-def test_float16_overflows_are_skipped_and_counted_not_fatal():
+@pytest.mark.parametrize("inside_xla", [False, True])
+def test_float16_overflows_are_skipped_and_counted_not_fatal(inside_xla, monkeypatch):
+    """Inside XLA the 3 steps are one launch (`steps_per_loop` 10): its `while` sums
+    the skipped steps."""
     trainer, iterator = _trainer("float16")
-    assert trainer.loss_scaling
+    assert trainer.loss_scaling and trainer.config.train.steps_per_loop >= 3
+    if inside_xla:
+        _inside_xla(trainer, monkeypatch)
     # A loss scale of 2^100 overflows every float16 gradient: the optimizer skips the
     # update (and halves the scale) instead of applying infinities.
     trainer.optimizer.dynamic_scale.assign(2.0 ** 100)
@@ -104,10 +113,16 @@ def test_sigterm_stops_a_long_loop_after_the_current_step():
     assert _run(trainer, iterator, 10) == step  # the flag holds until the run ends
 
 
-def test_the_stop_flag_is_read_before_every_step():
+@pytest.mark.parametrize("inside_xla", [False, True])
+def test_the_stop_flag_is_read_before_every_step(inside_xla, monkeypatch):
+    """Inside XLA: before every launch (of up to `steps_per_loop` steps)."""
     trainer, iterator = _trainer()
+    if inside_xla:
+        _inside_xla(trainer, monkeypatch)
     trainer.stop_requested.assign(True)
     assert _run(trainer, iterator, 5) == 0
+    trainer.stop_requested.assign(False)
+    assert _run(trainer, iterator, 2) == 2
 
 
 def test_mixed_precision_trains(precision="bfloat16"):
