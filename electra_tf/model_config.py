@@ -129,9 +129,7 @@ def _tie(model) -> tuple[str, bool]:
     untied = not model.tie_embeddings
     if tie is None:  # a config.json written before `tie` existed
         return ("none", True) if untied else ("embeddings", False)
-    if tie not in sizes.TIES:
-        raise errors.UserError(f"config.model.tie={tie!r}: choose one of "
-                               f"{', '.join(sizes.TIES)}")
+    errors.check_choice("config.model.tie", tie, sizes.TIES)
     if untied:
         if tie == "all":
             raise errors.UserError("config.model.tie_embeddings=False contradicts "
@@ -290,9 +288,7 @@ def generator_mode(config) -> str:
     optimizer state: a fixed language model such as `config.model.generator_init`'s, as
     Fast-ELECTRA uses), checked against what a frozen generator needs."""
     mode = config.train.generator
-    if mode not in GENERATOR_MODES:
-        raise errors.UserError(f"config.train.generator={mode!r}: choose one of "
-                               f"{', '.join(GENERATOR_MODES)}")
+    errors.check_choice("config.train.generator", mode, GENERATOR_MODES)
     if mode == "frozen":
         from electra_tf.model import objectives  # pylint: disable=g-import-not-at-top
         objective = objective_name(config)
@@ -321,9 +317,7 @@ def temperature_schedule(config):
     from electra_tf.model import sampling  # pylint: disable=g-import-not-at-top
     model = config.model
     kind = model.temperature_schedule
-    if kind not in sampling.SCHEDULES:
-        raise errors.UserError(f"config.model.temperature_schedule={kind!r}: choose one of "
-                               f"{', '.join(sampling.SCHEDULES)}")
+    errors.check_choice("config.model.temperature_schedule", kind, sampling.SCHEDULES)
     steps = int(model.temperature_steps) or config.train.steps
     return sampling.TemperatureSchedule(kind, float(model.temperature), steps)
 

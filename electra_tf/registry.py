@@ -72,8 +72,7 @@ class Registry:
 
     def get(self, name: str) -> type:
         """The member class called `name`; `error` naming the key otherwise."""
-        if name not in self._members:
-            raise self.error(f"{self.key}={name!r}: choose one of {', '.join(self)}")
+        errors.check_choice(self.key, name, self._members, self.error)
         return self._members[name]
 
     def create(self, name: str, config=None):

@@ -84,9 +84,7 @@ def check_remat(mode: str) -> None:
     """A one-line `UserError` unless `config.train.remat` (`mode`) is one of `CHOICES`
     (needs no device: the pre-training `validate` calls it, and the trainer before
     `choose`)."""
-    if mode not in CHOICES:
-        raise errors.UserError(f"config.train.remat={mode!r}: choose one of "
-                               f"{', '.join(CHOICES)}")
+    errors.check_choice("config.train.remat", mode, CHOICES)
 
 
 def _mode() -> str:

@@ -502,9 +502,7 @@ XLA_SCOPES = ("auto", "whole_step", "forward_backward")
 def check_xla_scope(scope: str) -> None:
     """A one-line `UserError` unless `config.train.xla_scope` (`scope`) is one of
     `XLA_SCOPES` (needs no device: the pre-training `validate` calls it, and `xla_scope`)."""
-    if scope not in XLA_SCOPES:
-        raise errors.UserError(f"config.train.xla_scope={scope!r}: choose one of "
-                               f"{', '.join(XLA_SCOPES)}")
+    errors.check_choice("config.train.xla_scope", scope, XLA_SCOPES)
 
 
 def xla_scope(train_config, strategy) -> str:

@@ -63,11 +63,8 @@ class TaggingTask(task_lib.Task):
 
     def check_config(self) -> None:
         data, model = self.config.data, self.config.model
-        for key, value, allowed in (("data.scheme", data.scheme, ("auto",) + conll.SCHEMES),
-                                    ("model.label_scheme", model.label_scheme, conll.SCHEMES)):
-            if value not in allowed:
-                raise errors.UserError(f"config.{key}={value!r}: choose one of "
-                                       f"{', '.join(allowed)}")
+        errors.check_choice("config.data.scheme", data.scheme, ("auto",) + conll.SCHEMES)
+        errors.check_choice("config.model.label_scheme", model.label_scheme, conll.SCHEMES)
         if not data.dir and self.name not in conll.TFDS_NAMES:
             raise errors.UserError("config.data.dir is empty: give the directory of the "
                                    "CoNLL files (train.txt, dev.txt[, test.txt])")
