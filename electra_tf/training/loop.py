@@ -35,6 +35,7 @@ from electra_tf.training import memory
 from electra_tf.training import optimizer as optimizer_lib
 from electra_tf.training import predictions
 from electra_tf.training import preemption
+from electra_tf.training import step_settings
 from electra_tf.training import summaries
 from electra_tf.training import trainer as trainer_lib
 
@@ -55,7 +56,7 @@ def validate(config):
     config = model_config.complete(config)
     config_check.check(config)
     remat.check_remat(config.train.remat)
-    trainer_lib.check_xla_scope(config.train.xla_scope)
+    step_settings.check_xla_scope(config.train.xla_scope)
     optimizer_lib.check_optimizer(config.train)
     distribute.check_mixed_precision(config.train.mixed_precision)
     distribute.check_strategy(config.runtime)

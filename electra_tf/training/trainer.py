@@ -45,13 +45,13 @@ from electra_tf import errors
 from electra_tf import model_config
 from electra_tf import progress
 from electra_tf.model import context as context_lib
-from electra_tf.model import remat
 from electra_tf.training import algorithms
 from electra_tf.training import distribute
 from electra_tf.training import memory
 from electra_tf.training import metrics as metrics_lib
 from electra_tf.training import optimizer as optimizer_lib
 from electra_tf.training import predictions
+from electra_tf.training import step_settings
 from electra_tf.training import tracebacks
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -66,7 +66,7 @@ class Trainer:
         self.num_predictions = num_predictions
         self.global_batch = config.train.batch_size
         self.local_batch = distribute.local_batch_size(strategy, self.global_batch)
-        self.accumulation_steps = micro_batches(config.train, self.local_batch)
+        self.accumulation_steps = step_settings.micro_batches(config.train, self.local_batch)
         self.policy = distribute.dtype_policy(config.train.mixed_precision, strategy)
         seq_length = config.data.max_seq_length
         with strategy.scope():
@@ -74,7 +74,7 @@ class Trainer:
             self.model = model_config.pretrainer(config, vocab_size, dtype=self.policy)
             self.model.build_for(seq_length, num_predictions)
             # What the backward pass recomputes: `auto` by the device's memory.
-            self.remat, self.remat_reason = remat_mode(
+            self.remat, self.remat_reason = step_settings.remat_mode(
                 config.train.remat, strategy, self.model, self.local_batch, seq_length,
                 num_predictions, self.policy)
             logging.info("config.train.remat=%s: %s", self.remat, self.remat_reason)
@@ -116,7 +116,7 @@ class Trainer:
         #   forward_backward  each micro-batch's `_forward_backward` is one program; the
         #                     all-reduce, clipping and update run as TF ops.
         #   none              nothing (config.train.jit_compile=false).
-        self.xla_scope = xla_scope(config.train, strategy)
+        self.xla_scope = step_settings.xla_scope(config.train, strategy)
         jit = config.train.jit_compile
         whole_step = self.xla_scope == "whole_step"
         self._jit_step = whole_step and not distribute.is_tpu(strategy)
@@ -494,77 +494,3 @@ def _add_gradient(total, gradient):
     if isinstance(gradient, tf.IndexedSlices):
         return tf.tensor_scatter_nd_add(total, gradient.indices[:, None], gradient.values)
     return total + gradient
-
-
-XLA_SCOPES = ("auto", "whole_step", "forward_backward")
-
-
-def check_xla_scope(scope: str) -> None:
-    """A one-line `UserError` unless `config.train.xla_scope` (`scope`) is one of
-    `XLA_SCOPES` (needs no device: the pre-training `validate` calls it, and `xla_scope`)."""
-    errors.check_choice("config.train.xla_scope", scope, XLA_SCOPES)
-
-
-def xla_scope(train_config, strategy) -> str:
-    """What XLA compiles of a training step: "whole_step" (the forward/backward pass,
-    all-reduce, clipping, optimizer update and metrics in one program), "forward_backward"
-    (the rest runs as TensorFlow ops) or "none" (`jit_compile=False`).
-
-    `auto`: the whole step on TPUs (TPUStrategy compiles every step whole) and on one GPU
-    (the optimizer's few hundred small kernels and their launches leave the step); the
-    forward/backward pass on a CPU, where the whole step is a little faster but holds more
-    memory (BENCHMARKS.md, "Memory"), and under Mirrored and multi-worker strategies,
-    which cannot compile the cross-device all-reduce and update. A one-line `UserError`
-    where `train_config.xla_scope` is not one of `XLA_SCOPES` (`check_xla_scope`) or is
-    one the strategy refuses.
-    """
-    scope = train_config.xla_scope
-    check_xla_scope(scope)
-    if distribute.is_tpu(strategy):
-        return "whole_step"  # TPUStrategy compiles every step whole, whatever is asked
-    if not train_config.jit_compile:
-        if scope == "whole_step":
-            raise errors.UserError("config.train.xla_scope='whole_step' needs "
-                                   "config.train.jit_compile=true")
-        return "none"
-    one_device = isinstance(strategy, tf.distribute.OneDeviceStrategy)
-    if scope == "whole_step":
-        if not one_device:
-            raise errors.UserError(
-                f"config.train.xla_scope='whole_step' needs one device or a TPU; "
-                f"{type(strategy).__name__} compiles the forward/backward pass only "
-                "(use auto)")
-        return "whole_step"
-    if scope == "auto" and one_device and distribute.device_kind(strategy) == "gpu":
-        return "whole_step"
-    return "forward_backward"
-
-
-def remat_mode(mode: str, strategy, model, local_batch: int, seq_len: int,
-               num_predictions: int, policy: str) -> tuple[str, str]:
-    """(the recomputation to run, why) for `mode` (config.train.remat, checked:
-    `remat.check_remat`): `remat.choose` for this replica's step, its activations
-    estimated from the model's shape (the generator's pass counted where the objective
-    has none: an upper bound) and 16 bytes per weight of state (float32 weight, gradient
-    and Adam's two moments)."""
-    remat.check_remat(mode)
-    shape = model.shape
-    activations = remat.activation_bytes(
-        [shape.discriminator, shape.generator], local_batch, seq_len,
-        4 if policy == "float32" else 2,
-        logits=2 * local_batch * num_predictions * model.vocabulary_size)
-    return remat.choose(mode, distribute.device_kind(strategy),
-                        distribute.device_memory(strategy), activations,
-                        16 * model.count_params())
-
-
-def micro_batches(train_config, local_batch: int) -> int:
-    """`config.train.accumulation_steps` (a whole number >= 1: `config_check`'s range,
-    which `loop.validate` checks), checked against this replica's batch rows."""
-    n = train_config.accumulation_steps
-    if local_batch % n:
-        raise errors.UserError(
-            f"config.train.accumulation_steps={n} does not divide the {local_batch} rows each "
-            f"replica gets of config.train.batch_size={train_config.batch_size}: choose a "
-            "divisor")
-    return n

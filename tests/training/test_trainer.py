@@ -16,6 +16,7 @@ from electra_tf import errors
 from electra_tf.model import remat
 from electra_tf.training import distribute
 from electra_tf.training import loop
+from electra_tf.training import step_settings
 from electra_tf.training import trainer as trainer_lib
 from tests import helpers
 
@@ -264,7 +265,7 @@ def test_remat_auto_chooses_by_the_device_and_its_memory(plain, monkeypatch):
     def mode(kind, memory_bytes, batch=BATCH):
         monkeypatch.setattr(distribute, "device_kind", lambda strategy: kind)
         monkeypatch.setattr(distribute, "device_memory", lambda strategy: memory_bytes)
-        return trainer_lib.remat_mode("auto", None, model, batch, SEQ, P, "mixed_bfloat16")
+        return step_settings.remat_mode("auto", None, model, batch, SEQ, P, "mixed_bfloat16")
 
     chosen, reason = mode("cpu", None)
     assert chosen == "selective" and reason.startswith("auto on a CPU: selective"), reason
@@ -278,7 +279,7 @@ def test_remat_auto_chooses_by_the_device_and_its_memory(plain, monkeypatch):
     chosen, reason = mode("gpu", 4 * 2**20, batch=1)
     assert chosen == "none" and " fit in 60% of the GPU's" in reason, reason
     with pytest.raises(errors.UserError, match=r"^config.train.remat='all': choose one of"):
-        trainer_lib.remat_mode("all", None, model, BATCH, SEQ, P, "float32")  # unvalidated
+        step_settings.remat_mode("all", None, model, BATCH, SEQ, P, "float32")  # unvalidated
 
 
 def test_bad_values_are_one_line_errors_naming_the_key():
@@ -302,12 +303,12 @@ def test_bad_values_are_one_line_errors_naming_the_key():
         with pytest.raises(errors.UserError) as raised:
             loop.validate(_config(**train))
         assert str(raised.value) == message
-    assert trainer_lib.xla_scope(_config(jit_compile=False).train, strategy) == "none"
+    assert step_settings.xla_scope(_config(jit_compile=False).train, strategy) == "none"
     with pytest.raises(errors.UserError, match="xla_scope='whole_step' needs "
                        "config.train.jit_compile=true"):
-        trainer_lib.xla_scope(_config(jit_compile=False, xla_scope="whole_step").train, strategy)
+        step_settings.xla_scope(_config(jit_compile=False, xla_scope="whole_step").train, strategy)
     with pytest.raises(errors.UserError, match=r"^config.train.xla_scope='everything': "):
-        trainer_lib.xla_scope(_config(xla_scope="everything").train, strategy)  # unvalidated
+        step_settings.xla_scope(_config(xla_scope="everything").train, strategy)  # unvalidated
 
 
 def test_the_step_seeds_each_pass_as_the_model_does(plain):
