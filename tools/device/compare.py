@@ -14,6 +14,10 @@ mark on a GPU, the process's peak RSS on a CPU) and the device. Lines go to stdo
         python3 tools/device/compare.py --seconds=500 base-128-256 small-128-128 small-128-512
     python3 tools/device/compare.py --device=cpu --seconds=300 tiny-32-4
 
+`--trace=POINT` (repeatable) also has ours write, at that point only, a profiler trace to
+TRACE_DIR/profile/POINT and XLA's optimized HLO to TRACE_DIR/hlo/POINT (the fusions'
+names, for tools/profile_summary.py's kernels); the peer runs as at any other point.
+
 The pack's rehearsal on a CPU (tools/device/rehearse.sh) runs it with nothing on the
 path but the pack, the image's packages and the repository.
 """
@@ -114,12 +118,18 @@ def main() -> int:
                         help="the peer's interpreter (PyTorch's; rehearse.sh's differs)")
     parser.add_argument("--ours_flags", action="append", default=[],
                         help="more flags of tools/benchmark.py, e.g. --profile")
+    parser.add_argument("--trace", action="append", default=[],
+                        help="a point whose run of ours also writes a profile and HLO")
+    parser.add_argument("--trace_dir", default="/tmp/electra_trace")
     parser.add_argument("--output", default=os.path.join(os.environ.get("OUT", "/tmp"),
                                                          "compare.jsonl"))
     parser.add_argument("--log", default=os.path.join(os.environ.get("OUT", "/tmp"),
                                                       "compare_log.txt"))
     args = parser.parse_args()
     points = [(text, *parse_point(text)) for text in args.points]
+    for text in args.trace:
+        if text not in args.points:
+            raise SystemExit(f"--trace={text}: not one of the points {args.points}")
     end = time.time() + args.seconds
     python = sys.executable
     # The peer sees the image's packages only: TF's pack on the path (PYTHONPATH) holds
@@ -133,11 +143,17 @@ def main() -> int:
                 result = {"point": text, "skipped": f"{left:.0f} s left"}
             else:
                 cap = min(MAX_SECONDS, left / 2)
+                trace, ours_env = [], None
+                if text in args.trace:
+                    trace = [f"--profile_dir={args.trace_dir}/profile/{text}"]
+                    ours_env = dict(os.environ, XLA_FLAGS=(
+                        f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to="
+                        f"{args.trace_dir}/hlo/{text} --xla_dump_hlo_as_text").strip())
                 ours, ours_wall, ours_error = run_json(
                     [python, "tools/benchmark.py", f"--config=configs/electra.py:{size}",
                      f"--seq_len={seq}", f"--batch_size={batch}", *OURS[args.device],
-                     *SAME_SHAPE.get(size, []), *args.ours_flags],
-                    cap, log)
+                     *SAME_SHAPE.get(size, []), *args.ours_flags, *trace],
+                    cap, log, env=ours_env)
                 peer_flags = PEER_FLAGS[args.device] + (
                     [f"--threads={args.threads}"] if args.device == "cpu" else [])
                 peer, peer_wall, peer_error = run_json(

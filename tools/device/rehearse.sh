@@ -1,8 +1,8 @@
 #!/bin/bash
 # The pack's rehearsal, on a CPU machine: what the device machine gets, and nothing else.
 # Copies pack.sh's parts (.p*/) into an empty directory, unpacks them there as setup.sh
-# does, and runs compare.py's tiny point on the CPU (ours with a profile, as measure.sh's
-# base128 takes one) under Python 3.12 started with -S (no site-packages) and a path of
+# does, and runs compare.py's tiny point on the CPU (ours traced: a profile and an HLO dump, as
+# go.sh's --trace point) under Python 3.12 started with -S (no site-packages) and a path of
 # the pack, a stand-in for the device image's packages (IMAGE below: only names that
 # /work/.library/device/KINDS.md lists for the 'cuda' image, installed from PyPI into a
 # directory of their own) and the repository. A module the pack left out fails here.
@@ -28,9 +28,12 @@ echo "unpacked in $(( $(date +%s) - T1 )) s: $(du -sh "$W/site" | cut -f1)"
 "$PY" -m pip install -q --no-deps --only-binary=:all: --target "$W/image" $IMAGE
 cd "$ROOT"
 PYTHONPATH="$W/site:$W/image:$ROOT" OUT="$W/out" "$PY" -S tools/device/compare.py \
-  --device=cpu --seconds=400 --peer_python="$PEER_PYTHON" --ours_flags=--profile tiny-32-4
-# measure.sh summarises base128's profile with this, there.
+  --device=cpu --seconds=400 --peer_python="$PEER_PYTHON" --trace_dir="$W/trace" \
+  --trace=tiny-32-4 tiny-32-4
+# go.sh summarises each traced point's profile with this, there.
 PYTHONPATH="$W/site:$W/image:$ROOT" "$PY" -S tools/profile_summary.py \
-  --profile_dir=/tmp/electra_tf_benchmark/profile > "$W/out/profile_summary.txt" 2>&1 ||
+  --profile_dir="$W/trace/profile/tiny-32-4" > "$W/out/profile_summary.txt" 2>&1 ||
   { echo "profile_summary failed: $W/out/profile_summary.txt"; exit 1; }
+ls "$W/trace/hlo/tiny-32-4" | grep -q after_optimizations ||
+  { echo "no HLO dump in $W/trace/hlo/tiny-32-4"; exit 1; }
 echo "rehearsal: $(( $(date +%s) - T0 )) s; log: $W/out/compare_log.txt"
