@@ -9,7 +9,8 @@ attention probabilities' rate is its own (`attention_dropout`). Each block's att
 core is `attention.core` (fewer passes over `[B, heads, S, S]`, the same function as
 Keras'), and each block can recompute its feed-forward's activation, its attention core
 and the attention's output projection in the backward pass (`remat.prepare`; the
-training step chooses, `config.train.remat`).
+training step chooses, `config.train.remat`). The attention's projections run as 2-D
+matmuls (`projection.FlatEinsumDense`: one GEMM for each kernel's gradient).
 
 The generator and the discriminator are two `Encoder`s over one `Embeddings` object by
 default (see `pretrainer` for the other weight sharings).
@@ -30,6 +31,7 @@ import tensorflow as tf
 
 from electra_tf import compat
 from electra_tf.model import dropout as dropout_lib
+from electra_tf.model import projection as projection_lib
 from electra_tf.model import remat
 
 
@@ -208,6 +210,7 @@ class Encoder(keras.layers.Layer):
             parts.attention_dropout.rate = parts.output_dropout.rate = self.dropout
             compat.set_attention_dropout(parts.attention, self.attention_dropout)
             dropout_lib.use_hash_dropout(block)  # Philox masks: ~15% of a CPU step
+            projection_lib.use_flat_projections(block)  # one GEMM for each kernel's gradient
             remat.prepare(block)  # recomputes selectively under remat=selective
         self.built = True
 

@@ -71,6 +71,7 @@ from electra_tf import errors
 from electra_tf.model import attention
 from electra_tf.model import context as context_lib
 from electra_tf.model import dropout as dropout_lib
+from electra_tf.model import projection as projection_lib
 
 MODES = context_lib.REMAT_MODES  # a step context's `remat`
 CHOICES = ("auto",) + MODES  # config.train.remat
@@ -173,7 +174,8 @@ def prepare(block) -> None:
     if type(attention) is keras.layers.MultiHeadAttention:  # noqa: E721
         compat.swap_class(attention, SelectiveAttention)
         projection = attention.output_dense
-        if type(projection) is keras.layers.EinsumDense:  # noqa: E721
+        if type(projection) in (keras.layers.EinsumDense,  # noqa: E721
+                                projection_lib.FlatEinsumDense):
             compat.swap_class(projection, OutputProjection)
 
 
@@ -267,12 +269,12 @@ class SelectiveAttention(compat.AttentionCoreHook, keras.layers.MultiHeadAttenti
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
-class OutputProjection(compat.SkippableInputCheck, keras.layers.EinsumDense):
+class OutputProjection(compat.SkippableInputCheck, projection_lib.FlatEinsumDense):
     """The attention's output `EinsumDense`, which `SelectiveAttention` may apply itself
     inside its recomputed core: it then hands the result to `pass_through`, and the
     next call (`MultiHeadAttention.call` applying the projection) must be given that
     very tensor, and returns it unchanged; any other input then is an error, not a
-    silent skip. Otherwise Keras' `EinsumDense`."""
+    silent skip. Otherwise a `FlatEinsumDense` (`model/projection.py`)."""
 
     _projected = None  # the tensor the next call passes through
 
@@ -284,10 +286,6 @@ class OutputProjection(compat.SkippableInputCheck, keras.layers.EinsumDense):
         """No activation, LoRA or quantization: `project` is the whole layer."""
         return (self.activation in (None, keras.activations.linear)
                 and not self.lora_enabled and not self.quantization_mode)
-
-    def project(self, inputs, kernel, *bias):
-        x = keras.ops.einsum(self.equation, inputs, kernel)
-        return keras.ops.add(x, bias[0]) if bias else x
 
     def checks_input(self) -> bool:
         return self._projected is None  # else `call` checks that it is that [B, S, H] tensor
