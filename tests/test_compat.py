@@ -401,8 +401,9 @@ def test_remat_and_dropout_swaps_happen_on_a_model():
 def test_swap_class_keeps_the_layer_and_our_swaps_go_through_it(monkeypatch):
     """`swap_class` changes a built layer's class and nothing else (the same object, its
     weights, its config), refuses a class that does not extend the layer's, and every
-    class swap of the model's (remat.prepare, dropout.use_hash_dropout) goes through it:
-    three per block for recomputation, and its three dropouts."""
+    class swap of the model's (remat.prepare, dropout.use_hash_dropout,
+    projection.use_flat_projections) goes through it: three per block for recomputation,
+    its three dropouts and its four projections (the output one swapped twice)."""
     dense = keras.layers.Dense(3)
     dense.build((None, 2))
     weights, config = [w.numpy() for w in dense.weights], dense.get_config()
@@ -418,7 +419,8 @@ def test_swap_class_keeps_the_layer_and_our_swaps_go_through_it(monkeypatch):
     swapped = collections.Counter(cls.__name__ for _, cls in calls)
     blocks = len(encoder.blocks)
     assert swapped == {"ActivationFirstDense": blocks, "SelectiveAttention": blocks,
-                       "OutputProjection": blocks, "HashDropout": 3 * blocks}, swapped
+                       "OutputProjection": blocks, "HashDropout": 3 * blocks,
+                       "FlatEinsumDense": 4 * blocks}, swapped
 
 
 def test_a_swapped_dropout_has_what_hash_dropout_reads():
