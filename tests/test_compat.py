@@ -28,6 +28,7 @@ from electra_tf.data import order
 from electra_tf.model import context
 from electra_tf.model import dropout as dropout_lib
 from electra_tf.model import encoder as encoder_lib
+from electra_tf.model import projection as projection_lib
 from electra_tf.model import remat
 from electra_tf.training import memory
 from electra_tf.training import optimizer as optimizer_lib
@@ -456,6 +457,28 @@ def test_selective_recomputation_runs_through_keras_attention(monkeypatch):
     assert all(g is not None for g in grads)
     assert len(cores) == len(handed) == len(checks) == 2  # one per block
     assert len(recomputed) == 2 * 2  # attention core and feed-forward, per block
+
+
+def test_keras_einsum_dense_broadcasts_its_kernel_and_our_projections_do_not():
+    """Why `model/projection.py` exists: Keras' TensorFlow backend runs EinsumDense's
+    `abc,cde->abde` as a matmul that broadcasts the kernel over the batch, so that TF
+    differentiates the kernel per example (a BatchMatMul in the gradient) and sums. When
+    this fails, Keras has changed its einsum: FlatEinsumDense may be unneeded."""
+    x = tf.ones((2, 3, 4))
+
+    def gradient_op_types(layer):
+        @tf.function
+        def grad(x):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(layer(x))
+            return tape.gradient(loss, layer.kernel)
+        graph = grad.get_concrete_function(x).graph
+        return {op.type for op in graph.get_operations() if "gradient_tape" in op.name}
+    layer = keras.layers.EinsumDense("abc,cde->abde", output_shape=(None, 2, 5))
+    layer.build(x.shape)
+    assert "BatchMatMulV2" in gradient_op_types(layer)
+    projection_lib.use_flat_projections(layer)
+    assert not {"BatchMatMulV2", "BatchMatMulV3"} & gradient_op_types(layer)
 
 
 # ---------------------------------------------------------------------------------- TensorFlow

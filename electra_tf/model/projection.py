@@ -6,17 +6,17 @@ einsums as `tf.matmul` of the `[B, S, ...]` input with the kernel reshaped to 2-
 matmul that broadcasts the kernel over the batch. TF differentiates a broadcast operand
 by computing its gradient once per example and summing over the batch afterwards: a
 `[B, H, H]` tensor per projection, written and read back again, and a batch of small
-GEMMs where one large one would do. On an H100, Base at batch 256 (the profile in
-BENCHMARKS.md, "GPU") spent about 11 ms of a 99-ms step there: the per-example GEMMs
-(`bf16[256,768,768]`, 302 MB each, 48 of them in the discriminator) and the sums over
-them.
+GEMMs where one large one would do (about an eighth of Base's step on an H100:
+BENCHMARKS.md, "GPU").
 
 `FlatEinsumDense` computes the same function with the input's leading dimensions
 folded into one: `[B·S, C] · [C, K]`, a plain 2-D matmul. Its kernel's gradient is then
 `xᵀ · dy`, one GEMM that contracts the batch and the positions together. The variables,
 their shapes and the layer's config are Keras' own, so checkpoints and exports are
-unchanged. Equations of any other form, LoRA's merged kernel aside, quantized layers
-and inputs of unknown rank fall back to Keras' `EinsumDense.call`.
+unchanged; LoRA's merged kernel is used as Keras uses it. Equations of any other form
+and inputs of another rank run Keras' `EinsumDense.call`. Keras quantizes only its own
+`EinsumDense` class, so `quantize` refuses these layers (as it does `remat`'s): the
+pre-training model is not quantized.
 
 >>> import numpy as np
 >>> layer = keras.layers.EinsumDense("abc,cde->abde", output_shape=(None, 2, 3),
