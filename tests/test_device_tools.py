@@ -36,3 +36,11 @@ def test_one_line_per_point_with_both_figures_and_their_ratios():
     del ours["gpu_peak_memory_mib"], peer["gpu_peak_memory_mib"]
     cpu = compare.combine("base-128-256", ours, peer, (1, 1))
     assert cpu["ours"]["peak_rss_mib"] == 8000 and cpu["memory_ratio"] == 2.667
+
+
+def test_a_traced_point_must_be_one_of_the_points(monkeypatch, tmp_path):
+    monkeypatch.setattr("sys.argv", ["compare.py", "--trace=base-512-64",
+                                     f"--output={tmp_path}/c.jsonl", "base-128-256"])
+    with pytest.raises(SystemExit, match="--trace=base-512-64: not one of the points"):
+        compare.main()
+    assert not (tmp_path / "c.jsonl").exists()  # refused before anything ran

@@ -1,18 +1,22 @@
 #!/bin/bash
 # One device call, the one that carries the last part: setup.sh, then compare.py's points
 # (ours and the PyTorch peer back to back) until SECONDS after the call's start; each
-# --trace=POINT's profile is summarised and its trace and HLO come back as profile.tgz, hlo.tgz.
-#   bash tools/device/go.sh SECONDS [--trace=POINT] POINT...
-# $OUT gets setup.txt, compare.jsonl, compare_log.txt, profile_summary.txt, profile.tgz, hlo.tgz.
+# --trace=POINT's profile is summarised, and the traces and HLO come back as profile.tgz
+# and hlo.tgz.   bash tools/device/go.sh SECONDS [--trace=POINT] POINT...
+# $OUT gets setup.txt, compare.jsonl, compare_log.txt, profile_summary.txt, profile.tgz,
+# hlo.tgz. The exit status is compare.py's (3: the probe failed, nothing measured).
 T0=$(date +%s); LIMIT=$1; shift
 bash tools/device/setup.sh > $OUT/setup.txt 2>&1
 rc=$?; tail -12 $OUT/setup.txt
 [ $rc -eq 0 ] || { echo "probe failed: no point measured"; exit 3; }
 source tools/device/env.sh
 TRACE=/tmp/electra_trace
-# 25 s kept for the summaries and the archive.
-python3 tools/device/compare.py --seconds=$(( T0 + LIMIT - 25 - $(date +%s) )) \
-  --trace_dir=$TRACE "$@"
+rm -rf $TRACE  # a warm machine keeps an earlier call's traces
+# 25 s kept for each traced point's summary, and 10 for the archives.
+traced=$(printf '%s\n' "$@" | grep -c '^--trace=')
+python3 tools/device/compare.py \
+  --seconds=$(( T0 + LIMIT - 10 - 25 * traced - $(date +%s) )) --trace_dir=$TRACE "$@"
+crc=$?
 for d in $TRACE/profile/*; do
   [ -d "$d" ] && { echo "=== ${d##*/}"; timeout 20 python3 tools/profile_summary.py \
     --profile_dir=$d; } >> $OUT/profile_summary.txt 2>&1
@@ -22,3 +26,4 @@ done
 [ -d $TRACE/hlo ] && (cd $TRACE && find hlo -name '*after_optimizations*' |
   tar czf $OUT/hlo.tgz -T -)
 ls -la $OUT
+exit $crc

@@ -32,11 +32,16 @@ rm -rf "$W/site/tensorflow/include" "$N/cuda_nvcc/include" "$N/cuda_nvcc/nvvm/li
 find "$N/cuda_nvcc/bin" -type f ! -name ptxas -delete
 tar -C "$W/site" -cf - . | zstd -q -${ZSTD_LEVEL:-19} --long=30 -T0 -f -o "$W/site.tar.zst"
 rm -rf "$ROOT"/.p[0-9]*
-# 61 MiB a part: with the tracked files (~2.1 MB) and, in the last, zstandard's wheel
-# (5.3 MiB), every call stays under the device tool's 64 MiB.
+# 61 MiB a part: with the tracked files (~2.1 MB) every call stays under the device
+# tool's 64 MiB. zstandard's wheel (5.3 MiB; setup.sh installs it from any part) goes in
+# the last part where it fits, else in a part of its own.
 (cd "$W" && rm -f part* && split -b 61M -d -a 2 site.tar.zst part)
 for f in "$W"/part*; do i=${f##*part}; mkdir -p "$ROOT/.p$i"; cp "$f" "$ROOT/.p$i/site.part$i"; done
-cp "$W"/whl/zstandard-*.whl "$ROOT/.p$i/"
+wheel=$(ls "$W"/whl/zstandard-*.whl)
+if [ $(( $(stat -c %s "$ROOT/.p$i/site.part$i") + $(stat -c %s "$wheel") )) -gt $(( 62 * 2**20 )) ]; then
+  i=$(printf '%02d' $(( 10#$i + 1 ))); mkdir -p "$ROOT/.p$i"
+fi
+cp "$wheel" "$ROOT/.p$i/"
 # The PyTorch peer lives outside the project (../shared/peers/): a copy beside compare.py,
 # untracked and not ignored, so that it travels with the working tree on every call.
 cp "$ROOT/../shared/peers/hf_electra_bench.py" "$ROOT/tools/device/hf_electra_bench.py"
