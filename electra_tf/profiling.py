@@ -12,7 +12,13 @@ needs, in numbers rather than in a trace viewer:
   steps' wall time the GPU was busy at all (the union of its kernels' intervals over
   every stream): the rest is time the GPU waited for the host;
 - on the host, the time per step of the TF ops the executor ran outside XLA, by op type,
-  summed over threads (on a CPU they do the work; on a GPU they launch it).
+  summed over threads (on a CPU they do the work; on a GPU they launch it);
+- with XLA's dump of the compiled programs (`hlo_dir`: `--xla_dump_to=DIR
+  --xla_dump_hlo_as_text`), each GPU kernel's time by the TF op its HLO instruction came
+  from (`by_tf_op`): XLA names kernels after deduplicated fusions, which say little,
+  while each kernel event carries its instruction (`hlo_op`) and the dump that
+  instruction's TF op (`metadata={op_type=... op_name=...}`). Layer numbers and the
+  scopes' `_1` suffixes are folded, so that the twelve layers' copies of an op add up.
 
     >>> category("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64")
     'matmul'
@@ -22,6 +28,7 @@ needs, in numbers rather than in a trace viewer:
 
 import collections
 import os
+import re
 
 import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
@@ -137,6 +144,93 @@ def summarize(path: str, top: int = 12) -> dict:
     return result
 
 
+_HLO_METADATA = re.compile(
+    r'^\s*(?:ROOT )?%(\S+) = .*?metadata=\{op_type="([^"]*)" op_name="([^"]*)"')
+_MODULE_NAME = re.compile(r"^HloModule (\S+?),")
+
+
+def hlo_tf_ops(hlo_dir: str) -> dict:
+    """{(module, instruction): (op type, op name)} of every `*after_optimizations.txt`
+    program in XLA's dump directory `hlo_dir`."""
+    ops = {}
+    for path in tf.io.gfile.glob(os.path.join(hlo_dir, "*after_optimizations.txt")):
+        module = None
+        with tf.io.gfile.GFile(path, "r") as f:
+            for line in f:
+                if module is None:
+                    match = _MODULE_NAME.match(line)
+                    module = match.group(1) if match else os.path.basename(path)
+                    continue
+                match = _HLO_METADATA.match(line)
+                if match:
+                    ops[module, match.group(1)] = match.group(2), match.group(3)
+    return ops
+
+
+def fold_op_name(name: str) -> str:
+    """A TF op name with every scope's numeric suffixes (layer numbers, TF's and Keras'
+    uniquifying `_1`s) folded, so that one op of every layer gets one name.
+
+    >>> fold_op_name("gradient_tape/while/discriminator_1/transformer_layer_11_1/"
+    ...              "self_attention_layer_1/query_1/MatMul/MatMul_1")
+    'gradient_tape/while/discriminator/transformer_layer/self_attention_layer/query/MatMul/MatMul'
+    """
+    return re.sub(r"(_\d+)+(?=/|$)", "", name)
+
+
+def by_tf_op(path: str, hlo_dir: str, top: int = 30) -> dict:
+    """Each GPU's kernel time per step in the traced steps of the .xplane.pb `path`, by
+    the (folded) TF op that made each kernel's HLO instruction, from XLA's dump in
+    `hlo_dir`: {device: {"mapped_ms", "unmapped_ms", "ops": [(type, name, ms, launches
+    per step), ...] (the `top` busiest)}}."""
+    ops = hlo_tf_ops(hlo_dir)
+    space = xplane_pb2.XSpace()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        space.ParseFromString(f.read())
+    host = next((p for p in space.planes if p.name == "/host:CPU"), None)
+    steps = sorted((start, end) for line in (host.lines if host else ())
+                   for name, start, end in _events(host, line) if name == STEP_EVENT)
+    if not steps:
+        raise ValueError(f"{path}: no '{STEP_EVENT}' step events")
+    window = (steps[0][0], steps[-1][1])
+    result = {}
+    for plane in space.planes:
+        if not plane.name.startswith("/device:GPU"):
+            continue
+        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+
+        def stat(event, wanted, plane=plane, stat_names=stat_names):
+            for st in event.stats:
+                if stat_names.get(st.metadata_id) == wanted:
+                    if st.HasField("ref_value"):
+                        return plane.stat_metadata[st.ref_value].name
+                    return st.str_value
+            return None
+        time_ps, launches, unmapped = collections.Counter(), collections.Counter(), 0
+        for line in plane.lines:
+            if not line.name.startswith("Stream"):
+                continue
+            base = line.timestamp_ns * 1000
+            for event in line.events:
+                start = base + event.offset_ps
+                if not window[0] <= start < window[1]:
+                    continue
+                op = ops.get((stat(event, "hlo_module"), stat(event, "hlo_op")))
+                if op is None:
+                    unmapped += event.duration_ps
+                    continue
+                key = (op[0], fold_op_name(op[1]))
+                time_ps[key] += event.duration_ps
+                launches[key] += 1
+        n = len(steps)
+        result[plane.name] = {
+            "mapped_ms": round(sum(time_ps.values()) / 1e9 / n, 3),
+            "unmapped_ms": round(unmapped / 1e9 / n, 3),
+            "ops": [(kind, name, round(ps / 1e9 / n, 3), round(launches[kind, name] / n, 1))
+                    for (kind, name), ps in time_ps.most_common(top)]}
+    return result
+
+
 def to_markdown(summary: dict) -> str:
     """Tables of a summary, for BENCHMARKS.md or a terminal."""
     lines = [f"{summary['steps']} steps traced, {summary['step_wall_ms']:.1f} ms wall each "
@@ -153,4 +247,11 @@ def to_markdown(summary: dict) -> str:
     if summary["host_tf_ops_ms"]:
         lines += ["| host TF op (outside XLA) | ms per step |", "|---|---|"]
         lines += [f"| {k} | {v:.2f} |" for k, v in summary["host_tf_ops_ms"].items()]
+    for device, d in summary.get("by_tf_op", {}).items():
+        lines += ["", f"{device}: kernels by TF op, {d['mapped_ms']:.1f} ms a step mapped "
+                  f"through the HLO dump, {d['unmapped_ms']:.1f} ms not", "",
+                  "| op type | TF op (layers folded) | ms per step | launches per step |",
+                  "|---|---|---|---|"]
+        lines += [f"| {kind} | `{name}` | {ms:.2f} | {count:g} |"
+                  for kind, name, ms, count in d["ops"]]
     return "\n".join(lines)

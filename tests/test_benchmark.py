@@ -250,3 +250,58 @@ def test_the_training_benchmark_validates_its_config_first(tmp_path):
     with pytest.raises(errors.UserError, match=r"^config.train.remat='all': choose one of"):
         training.run(config, workdir=str(tmp_path / "bench"), seq_len=32)
     assert not os.path.exists(tmp_path / "bench")
+
+
+def _xspace_with_gpu_kernels(path):
+    """A trace of 2 steps whose GPU kernels name their HLO instructions, as XLA's
+    profiler writes them (a `hlo_module` and an `hlo_op` stat on each kernel event)."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
+    space = xplane_pb2.XSpace()
+    host = space.planes.add(name="/host:CPU")
+    host.event_metadata[1].name = profiling.STEP_EVENT
+    ms = 10**9  # events' offsets and durations are in picoseconds
+    steps = host.lines.add(name="steps", timestamp_ns=0)
+    for start in (0, 10):  # two steps of 10 ms
+        steps.events.add(metadata_id=1, offset_ps=start * ms, duration_ps=10 * ms)
+    gpu = space.planes.add(name="/device:GPU:0")
+    gpu.stat_metadata[1].name = "hlo_module"
+    gpu.stat_metadata[2].name = "hlo_op"
+    gpu.stat_metadata[3].name = "m"          # interned string values, as XLA writes them
+    gpu.stat_metadata[4].name = "fusion.1"
+    gpu.stat_metadata[5].name = "fusion.2"
+    gpu.event_metadata[1].name = "input_reduce_fusion_1"
+    stream = gpu.lines.add(name="Stream #1(Compute)", timestamp_ns=0)
+    # Layer 0's and layer 1's copies of one op in each step, and one kernel of an
+    # instruction the dump does not have.
+    for step in (0, 10):
+        for offset, op, duration in ((1, 4, 3), (5, 5, 1), (7, None, 0.5)):
+            event = stream.events.add(metadata_id=1, offset_ps=(step + offset) * ms,
+                                      duration_ps=int(duration * ms))
+            event.stats.add(metadata_id=1, ref_value=3)
+            if op:
+                event.stats.add(metadata_id=2, ref_value=op)
+    with open(path, "wb") as f:
+        f.write(space.SerializeToString())
+
+
+def test_kernels_by_tf_op_through_the_hlo_dump(tmp_path):
+    """profile_summary.py --hlo_dir: each kernel's time under the TF op of its HLO
+    instruction, the layers' copies folded into one name."""
+    trace = tmp_path / "t.xplane.pb"
+    _xspace_with_gpu_kernels(str(trace))
+    (tmp_path / "hlo").mkdir()
+    (tmp_path / "hlo" / "module_1.m.sm_9.0a_gpu_after_optimizations.txt").write_text(
+        "HloModule m, is_scheduled=true\n\n"
+        '  %fusion.1 = f32[4]{0} fusion(%p), kind=kInput, metadata={op_type="Sum" '
+        'op_name="gradient_tape/encoder/transformer_layer_0_1/query_1/MatMul/Sum_1"}\n'
+        '  ROOT %fusion.2 = f32[4]{0} fusion(%q), kind=kInput, metadata={op_type="Sum" '
+        'op_name="gradient_tape/encoder/transformer_layer_1/query/MatMul/Sum"}\n')
+    result = profiling.by_tf_op(str(trace), str(tmp_path / "hlo"))
+    gpu = result["/device:GPU:0"]
+    # Per step: 3 + 1 ms under one folded name, 2 launches; 0.5 ms not in the dump.
+    assert gpu["ops"] == [("Sum", "gradient_tape/encoder/transformer_layer/query/MatMul/Sum",
+                           4.0, 2.0)]
+    assert (gpu["mapped_ms"], gpu["unmapped_ms"]) == (4.0, 0.5)
+    assert "| Sum | `gradient_tape/encoder/transformer_layer/query/MatMul/Sum` |" in (
+        profiling.to_markdown({"steps": 2, "step_wall_ms": 10.0, "trace": str(trace),
+                               "devices": {}, "host_tf_ops_ms": {}, "by_tf_op": result}))

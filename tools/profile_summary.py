@@ -2,12 +2,15 @@ r"""Where a profiled step's time goes, from a TensorBoard profiler trace.
 
   python tools/profile_summary.py --profile_dir=/tmp/electra_tf_benchmark/profile
   python tools/profile_summary.py --profile_dir=WORKDIR/logs/train [--top=20]
+  python tools/profile_summary.py --profile_dir=DIR --hlo_dir=XLA_DUMP_DIR   # on a GPU
 
 Reads the newest trace under the directory (`tools/benchmark.py --profile` or
 `config.train.profile_steps`) and prints, per traced step: the wall time, each GPU's
 kernel time by kind (matmul, XLA fusions, TF kernels outside XLA, copies) with the
 busiest kernels and the share of the step the GPU was busy, and the host's TF ops
-outside XLA (electra_tf/profiling.py). Markdown tables, then one JSON line last.
+outside XLA (electra_tf/profiling.py). With --hlo_dir (the run's XLA_FLAGS had
+`--xla_dump_to=XLA_DUMP_DIR --xla_dump_hlo_as_text`), each GPU's kernel time by the TF op
+that made it, layers folded. Markdown tables, then one JSON line last.
 """
 
 import os
@@ -21,6 +24,7 @@ if __name__ == "__main__":  # run as a tool, not imported (tests import some too
 import json
 
 from absl import flags
+import tensorflow as tf
 
 from electra_tf import errors
 from electra_tf import profiling
@@ -28,6 +32,8 @@ from electra_tf import profiling
 _PROFILE_DIR = flags.DEFINE_string("profile_dir", None, "A profile directory (with "
                                    "plugins/profile/<run>/) or one .xplane.pb file.")
 _TOP = flags.DEFINE_integer("top", 12, "How many kernels and host ops to list.")
+_HLO_DIR = flags.DEFINE_string("hlo_dir", None, "XLA's dump of the profiled run's "
+                               "programs: the GPU's kernel time by TF op, too.")
 
 
 def main(argv):
@@ -36,7 +42,13 @@ def main(argv):
     if not _PROFILE_DIR.value:
         raise errors.UserError("--profile_dir is required")
     try:
-        summary = profiling.summarize(profiling.newest_trace(_PROFILE_DIR.value), _TOP.value)
+        trace = profiling.newest_trace(_PROFILE_DIR.value)
+        summary = profiling.summarize(trace, _TOP.value)
+        if _HLO_DIR.value:
+            if not tf.io.gfile.glob(os.path.join(_HLO_DIR.value, "*after_optimizations.txt")):
+                raise FileNotFoundError(f"--hlo_dir={_HLO_DIR.value}: no "
+                                        "*after_optimizations.txt programs in it")
+            summary["by_tf_op"] = profiling.by_tf_op(trace, _HLO_DIR.value, 3 * _TOP.value)
     except (FileNotFoundError, ValueError) as e:
         raise errors.UserError(str(e)) from None
     print(profiling.to_markdown(summary))

@@ -19,7 +19,7 @@ python3 tools/device/compare.py \
 crc=$?
 for d in $TRACE/profile/*; do
   [ -d "$d" ] && { echo "=== ${d##*/}"; timeout 20 python3 tools/profile_summary.py \
-    --profile_dir=$d; } >> $OUT/profile_summary.txt 2>&1
+    --profile_dir=$d --hlo_dir=$TRACE/hlo/${d##*/} --top=20; } >> $OUT/profile_summary.txt 2>&1
 done
 [ -d $TRACE/profile ] && tar czf $OUT/profile.tgz -C $TRACE profile
 # The compiled programs only (the dump holds every stage of every one).
