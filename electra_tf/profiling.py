@@ -87,8 +87,12 @@ def _union_ps(intervals, window) -> int:
     return total
 
 
-def summarize(path: str, top: int = 12) -> dict:
-    """The summary of one .xplane.pb (see the module docstring); times in ms per step."""
+def summarize(path: str, top: int = 12, hlo_dir: str | None = None) -> dict:
+    """The summary of one .xplane.pb (see the module docstring); times in ms per step.
+    With `hlo_dir` (XLA's dump of the profiled programs) also `by_tf_op`: {device:
+    {"mapped_ms", "unmapped_ms", "ops": [(type, folded TF op name, ms, launches per
+    step), ...] (the 3 · `top` busiest)}}."""
+    tf_ops = None if hlo_dir is None else hlo_tf_ops(hlo_dir)
     space = xplane_pb2.XSpace()
     with tf.io.gfile.GFile(path, "rb") as f:  # a run's logs may be on gs://
         space.ParseFromString(f.read())
@@ -118,17 +122,32 @@ def summarize(path: str, top: int = 12) -> dict:
     result = {"trace": path, "steps": n, "step_wall_ms": ms(wall_ps),
               "host_tf_ops_ms": {k: ms(v) for k, v in host_ops.most_common(top)},
               "devices": {}}
+    if tf_ops is not None:
+        result["by_tf_op"] = {}
     for plane in space.planes:
         if not plane.name.startswith("/device:GPU"):
             continue
         kernels, intervals = collections.Counter(), []
+        op_ps, op_launches, unmapped_ps = collections.Counter(), collections.Counter(), 0
         for line in plane.lines:
             if not line.name.startswith("Stream"):  # kernels and copies are on streams
                 continue
-            for name, start, end in _events(plane, line):
-                if window[0] <= start < window[1]:
-                    kernels[name] += end - start
-                    intervals.append((start, end))
+            base = line.timestamp_ns * 1000
+            for event in line.events:
+                start = base + event.offset_ps
+                if not window[0] <= start < window[1]:
+                    continue
+                kernels[plane.event_metadata[event.metadata_id].name] += event.duration_ps
+                intervals.append((start, start + event.duration_ps))
+                if tf_ops is not None:
+                    op = tf_ops.get((_stat(plane, event, "hlo_module"),
+                                     _stat(plane, event, "hlo_op")))
+                    if op is None:
+                        unmapped_ps += event.duration_ps
+                    else:
+                        key = (op[0], fold_op_name(op[1]))
+                        op_ps[key] += event.duration_ps
+                        op_launches[key] += 1
         by_category = collections.Counter()
         for name, ps in kernels.items():
             by_category[category(name)] += ps
@@ -141,7 +160,23 @@ def summarize(path: str, top: int = 12) -> dict:
             "by_category_ms": {k: ms(v) for k, v in by_category.most_common()},
             "top_kernels_ms": {k[:120]: ms(v) for k, v in kernels.most_common(top)},
         }
+        if tf_ops is not None:
+            result["by_tf_op"][plane.name] = {
+                "mapped_ms": ms(sum(op_ps.values())), "unmapped_ms": ms(unmapped_ps),
+                "ops": [(kind, name, ms(ps), round(op_launches[kind, name] / n, 1))
+                        for (kind, name), ps in op_ps.most_common(3 * top)]}
     return result
+
+
+def _stat(plane, event, wanted: str):
+    """The string value of `event`'s stat called `wanted` (XLA interns kernel events'
+    `hlo_module` and `hlo_op` as references to stat metadata), or None."""
+    for stat in event.stats:
+        if plane.stat_metadata[stat.metadata_id].name == wanted:
+            if stat.HasField("ref_value"):
+                return plane.stat_metadata[stat.ref_value].name
+            return stat.str_value
+    return None
 
 
 _HLO_METADATA = re.compile(
@@ -151,9 +186,13 @@ _MODULE_NAME = re.compile(r"^HloModule (\S+?),")
 
 def hlo_tf_ops(hlo_dir: str) -> dict:
     """{(module, instruction): (op type, op name)} of every `*after_optimizations.txt`
-    program in XLA's dump directory `hlo_dir`."""
+    program in XLA's dump directory `hlo_dir`; FileNotFoundError where it has none."""
     ops = {}
-    for path in tf.io.gfile.glob(os.path.join(hlo_dir, "*after_optimizations.txt")):
+    paths = tf.io.gfile.glob(os.path.join(hlo_dir, "*after_optimizations.txt"))
+    if not paths:
+        raise FileNotFoundError(f"{hlo_dir}: no *after_optimizations.txt programs in it "
+                                "(XLA_FLAGS=--xla_dump_to=DIR --xla_dump_hlo_as_text)")
+    for path in paths:
         module = None
         with tf.io.gfile.GFile(path, "r") as f:
             for line in f:
@@ -176,59 +215,6 @@ def fold_op_name(name: str) -> str:
     'gradient_tape/while/discriminator/transformer_layer/self_attention_layer/query/MatMul/MatMul'
     """
     return re.sub(r"(_\d+)+(?=/|$)", "", name)
-
-
-def by_tf_op(path: str, hlo_dir: str, top: int = 30) -> dict:
-    """Each GPU's kernel time per step in the traced steps of the .xplane.pb `path`, by
-    the (folded) TF op that made each kernel's HLO instruction, from XLA's dump in
-    `hlo_dir`: {device: {"mapped_ms", "unmapped_ms", "ops": [(type, name, ms, launches
-    per step), ...] (the `top` busiest)}}."""
-    ops = hlo_tf_ops(hlo_dir)
-    space = xplane_pb2.XSpace()
-    with tf.io.gfile.GFile(path, "rb") as f:
-        space.ParseFromString(f.read())
-    host = next((p for p in space.planes if p.name == "/host:CPU"), None)
-    steps = sorted((start, end) for line in (host.lines if host else ())
-                   for name, start, end in _events(host, line) if name == STEP_EVENT)
-    if not steps:
-        raise ValueError(f"{path}: no '{STEP_EVENT}' step events")
-    window = (steps[0][0], steps[-1][1])
-    result = {}
-    for plane in space.planes:
-        if not plane.name.startswith("/device:GPU"):
-            continue
-        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
-
-        def stat(event, wanted, plane=plane, stat_names=stat_names):
-            for st in event.stats:
-                if stat_names.get(st.metadata_id) == wanted:
-                    if st.HasField("ref_value"):
-                        return plane.stat_metadata[st.ref_value].name
-                    return st.str_value
-            return None
-        time_ps, launches, unmapped = collections.Counter(), collections.Counter(), 0
-        for line in plane.lines:
-            if not line.name.startswith("Stream"):
-                continue
-            base = line.timestamp_ns * 1000
-            for event in line.events:
-                start = base + event.offset_ps
-                if not window[0] <= start < window[1]:
-                    continue
-                op = ops.get((stat(event, "hlo_module"), stat(event, "hlo_op")))
-                if op is None:
-                    unmapped += event.duration_ps
-                    continue
-                key = (op[0], fold_op_name(op[1]))
-                time_ps[key] += event.duration_ps
-                launches[key] += 1
-        n = len(steps)
-        result[plane.name] = {
-            "mapped_ms": round(sum(time_ps.values()) / 1e9 / n, 3),
-            "unmapped_ms": round(unmapped / 1e9 / n, 3),
-            "ops": [(kind, name, round(ps / 1e9 / n, 3), round(launches[kind, name] / n, 1))
-                    for (kind, name), ps in time_ps.most_common(top)]}
-    return result
 
 
 def to_markdown(summary: dict) -> str:

@@ -296,12 +296,11 @@ def test_kernels_by_tf_op_through_the_hlo_dump(tmp_path):
         'op_name="gradient_tape/encoder/transformer_layer_0_1/query_1/MatMul/Sum_1"}\n'
         '  ROOT %fusion.2 = f32[4]{0} fusion(%q), kind=kInput, metadata={op_type="Sum" '
         'op_name="gradient_tape/encoder/transformer_layer_1/query/MatMul/Sum"}\n')
-    result = profiling.by_tf_op(str(trace), str(tmp_path / "hlo"))
-    gpu = result["/device:GPU:0"]
+    summary = profiling.summarize(str(trace), hlo_dir=str(tmp_path / "hlo"))
+    gpu = summary["by_tf_op"]["/device:GPU:0"]
     # Per step: 3 + 1 ms under one folded name, 2 launches; 0.5 ms not in the dump.
     assert gpu["ops"] == [("Sum", "gradient_tape/encoder/transformer_layer/query/MatMul/Sum",
                            4.0, 2.0)]
     assert (gpu["mapped_ms"], gpu["unmapped_ms"]) == (4.0, 0.5)
     assert "| Sum | `gradient_tape/encoder/transformer_layer/query/MatMul/Sum` |" in (
-        profiling.to_markdown({"steps": 2, "step_wall_ms": 10.0, "trace": str(trace),
-                               "devices": {}, "host_tf_ops_ms": {}, "by_tf_op": result}))
+        profiling.to_markdown(summary))

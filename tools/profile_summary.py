@@ -24,7 +24,6 @@ if __name__ == "__main__":  # run as a tool, not imported (tests import some too
 import json
 
 from absl import flags
-import tensorflow as tf
 
 from electra_tf import errors
 from electra_tf import profiling
@@ -42,13 +41,8 @@ def main(argv):
     if not _PROFILE_DIR.value:
         raise errors.UserError("--profile_dir is required")
     try:
-        trace = profiling.newest_trace(_PROFILE_DIR.value)
-        summary = profiling.summarize(trace, _TOP.value)
-        if _HLO_DIR.value:
-            if not tf.io.gfile.glob(os.path.join(_HLO_DIR.value, "*after_optimizations.txt")):
-                raise FileNotFoundError(f"--hlo_dir={_HLO_DIR.value}: no "
-                                        "*after_optimizations.txt programs in it")
-            summary["by_tf_op"] = profiling.by_tf_op(trace, _HLO_DIR.value, 3 * _TOP.value)
+        summary = profiling.summarize(profiling.newest_trace(_PROFILE_DIR.value), _TOP.value,
+                                      _HLO_DIR.value)
     except (FileNotFoundError, ValueError) as e:
         raise errors.UserError(str(e)) from None
     print(profiling.to_markdown(summary))
