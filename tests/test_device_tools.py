@@ -2,6 +2,7 @@
 GPU machine, and on a CPU through tools/device/rehearse.sh: neither in CI)."""
 
 import importlib.util
+import json
 import os
 
 import pytest
@@ -44,3 +45,25 @@ def test_a_traced_point_must_be_one_of_the_points(monkeypatch, tmp_path):
     with pytest.raises(SystemExit, match="--trace=base-512-64: not one of the points"):
         compare.main()
     assert not (tmp_path / "c.jsonl").exists()  # refused before anything ran
+
+
+def test_a_point_starts_only_when_both_runs_fit():
+    # On a GPU ours needs 210 s (compiling ~165 s) and the peer 150: with less than both
+    # the point is skipped, not started and killed while compiling.
+    assert compare.ours_cap("cuda", 350) is None
+    assert compare.ours_cap("cuda", 400) == 250  # the peer's 150 kept back
+    assert compare.ours_cap("cuda", 1000) == compare.MAX_SECONDS
+
+
+def test_a_skipped_point_runs_nothing_and_says_why(monkeypatch, tmp_path, capsys):
+    def run_json(*args, **kwargs):
+        raise AssertionError("a skipped point ran a process")
+    monkeypatch.setattr(compare, "run_json", run_json)
+    monkeypatch.setattr("sys.argv", ["compare.py", "--seconds=300",
+                                     f"--output={tmp_path}/c.jsonl",
+                                     f"--log={tmp_path}/log.txt", "small-128-512"])
+    assert compare.main() == 0
+    line = json.loads((tmp_path / "c.jsonl").read_text())
+    assert line["point"] == "small-128-512"
+    assert line["skipped"].endswith("s left, it needs 360")
+    assert json.loads(capsys.readouterr().out) == line
