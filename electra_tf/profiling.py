@@ -67,11 +67,16 @@ def newest_trace(profile_dir: str) -> str:
     return traces[0]
 
 
-def _events(plane, line):
-    """(name, start_ps, end_ps) of a line's events, on the profile's clock."""
+def _starts(line):
+    """(event, start_ps) of a line's events, on the profile's clock."""
     base = line.timestamp_ns * 1000
     for event in line.events:
-        start = base + event.offset_ps
+        yield event, base + event.offset_ps
+
+
+def _events(plane, line):
+    """(name, start_ps, end_ps) of a line's events, on the profile's clock."""
+    for event, start in _starts(line):
         yield plane.event_metadata[event.metadata_id].name, start, start + event.duration_ps
 
 
@@ -132,9 +137,7 @@ def summarize(path: str, top: int = 12, hlo_dir: str | None = None) -> dict:
         for line in plane.lines:
             if not line.name.startswith("Stream"):  # kernels and copies are on streams
                 continue
-            base = line.timestamp_ns * 1000
-            for event in line.events:
-                start = base + event.offset_ps
+            for event, start in _starts(line):
                 if not window[0] <= start < window[1]:
                     continue
                 kernels[plane.event_metadata[event.metadata_id].name] += event.duration_ps
