@@ -8,8 +8,11 @@ whatever the number of replicas, and after a resume.
 
 The CDF is found in two levels (blocks of 128 vocabulary entries, then inside the chosen
 block) rather than one cumulative sum over the vocabulary: a float32 running sum over 30k
-entries drifts by ~1e-3 and is 4x slower on CPU. Nothing of shape `[B, P, V]` is built
-besides the probabilities themselves.
+entries drifts by ~1e-3 and is 4x slower on CPU. The probabilities are never normalised
+nor stored: the uniform number is scaled to the total mass instead, the block masses are
+one pass over the logits (their maximum, then exp summed by block, which XLA fuses), and
+the chosen block's 128 entries are recomputed from its logits. Nothing of shape
+`[B, P, V]` is built.
 
 >>> import tensorflow as tf
 >>> logits = tf.math.log(tf.constant([[[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]]]) + 1e-9)
@@ -67,15 +70,26 @@ def sample(logits: tf.Tensor, uniform: tf.Tensor, temperature: float | tf.Tensor
         `disallow_correct`), or None.
     """
     batch, positions, vocab = logits.shape
-    probs = tf.nn.softmax(tf.cast(logits, tf.float32) / temperature)   # [B, P, V]
-    if disallowed_ids is not None:  # the original token's probability zeroed
-        probs = _set_at(probs, disallowed_ids, 0.0)
-
     n = batch * positions
     num_blocks = -(-vocab // BLOCK)
-    probs = tf.pad(tf.reshape(probs, [n, vocab]), [[0, 0], [0, num_blocks * BLOCK - vocab]])
-    probs = tf.reshape(probs, [n, num_blocks, BLOCK])
-    block_mass = tf.reduce_sum(probs, axis=-1)                          # [N, blocks]
+    logits = tf.reshape(tf.cast(logits, tf.float32), [n, vocab])
+    top = tf.reduce_max(logits, axis=-1, keepdims=True)                  # [N, 1]
+    drawable = None if disallowed_ids is None else tf.reshape(
+        tf.cast(disallowed_ids, tf.int32), [n, 1])
+
+    def weights(values, ids):
+        """The unnormalised probabilities exp((logit - max) / temperature) of `values`,
+        the logits of `ids`; 0 past the vocabulary and at the disallowed id."""
+        keep = ids < vocab
+        if drawable is not None:  # the original token's probability zeroed
+            keep &= ids != drawable
+        return tf.where(keep, tf.exp((values - top) / temperature), 0.0)
+
+    # Whole blocks: the logits padded to a multiple of BLOCK (the padding weighs 0).
+    padded = tf.pad(logits, [[0, 0], [0, num_blocks * BLOCK - vocab]])
+    every_id = tf.range(num_blocks * BLOCK, dtype=tf.int32)[None]          # [1, V']
+    block_mass = tf.reduce_sum(tf.reshape(weights(padded, every_id),
+                                          [n, num_blocks, BLOCK]), axis=-1)  # [N, blocks]
     block_cdf = tf.math.cumsum(block_mass, axis=-1)
     target = tf.reshape(tf.cast(uniform, tf.float32), [n]) * block_cdf[:, -1]   # [N]
 
@@ -83,7 +97,9 @@ def sample(logits: tf.Tensor, uniform: tf.Tensor, temperature: float | tf.Tensor
     block = _count_at_most(block_cdf, target, num_blocks)               # [N]
     target -= tf.gather(block_cdf, block, batch_dims=1) - tf.gather(block_mass, block,
                                                                      batch_dims=1)
-    in_block_cdf = tf.math.cumsum(tf.gather(probs, block, batch_dims=1), axis=-1)  # [N, 128]
+    in_block = block[:, None] * BLOCK + tf.range(BLOCK, dtype=tf.int32)[None]  # [N, 128]
+    in_block_logits = tf.gather(logits, tf.minimum(in_block, vocab - 1), batch_dims=1)
+    in_block_cdf = tf.math.cumsum(weights(in_block_logits, in_block), axis=-1)
     entry = _count_at_most(in_block_cdf, target, BLOCK)
     ids = tf.minimum(block * BLOCK + entry, vocab - 1)
     return tf.reshape(ids, [batch, positions])

@@ -153,3 +153,20 @@ def test_every_objective_is_made_from_the_runs_config():
         assert issubclass(member, base.Objective) and member.name == name
         assert objectives.OBJECTIVES.create(name, config).disc_weight == 7.0
         assert objectives.OBJECTIVES.create(name).disc_weight == base.DISC_WEIGHT == default
+
+
+def test_argmax_is_tfs_first_largest_index_eager_and_compiled():
+    """`base.argmax` (what `compact` hands the metrics) is `tf.argmax`'s id, ties to the
+    first largest, in eager mode and under XLA as the train step runs it."""
+    rng = np.random.default_rng(7)
+    logits = rng.normal(size=(4, 9, 300)).astype("float32")
+    logits[0, 0, [5, 17, 299]] = 9.0            # a tie: the first of them
+    logits[1, 2] = 0.0                          # all equal: id 0
+    logits[2, 3, 299] = 9.0                     # the last id
+    logits = tf.constant(logits)
+    expected = tf.argmax(logits, -1, output_type=tf.int32).numpy()
+    assert expected[0, 0] == 5 and expected[1, 2] == 0 and expected[2, 3] == 299
+    for fn in (base.argmax, tf.function(base.argmax, jit_compile=True)):
+        got = fn(logits)
+        assert got.dtype == tf.int32
+        np.testing.assert_array_equal(got.numpy(), expected)

@@ -92,8 +92,7 @@ class Objective:
         small = {k: v for k, v in outputs.items()
                  if k not in self.vocab_logits and k not in self.step_only}
         for key in self.vocab_logits:
-            small[key.replace("_logits", "_predictions")] = tf.argmax(
-                outputs[key], -1, output_type=tf.int32)
+            small[key.replace("_logits", "_predictions")] = argmax(outputs[key])
         return small
 
     # === Metrics ===
@@ -157,6 +156,23 @@ def candidates(batch):
     closes = tf.equal(next_mask, 0) | tf.not_equal(next_segment, segments)
     first = tf.equal(every_position(mask), 0)
     return tf.cast(tf.equal(mask, 1) & ~closes & ~first, tf.float32)
+
+
+def argmax(logits):
+    """`tf.argmax(logits, -1)` as int32 (the first index of the largest logit), as two
+    plain reductions: the maximum, then the least index that holds it. XLA:CPU runs
+    argmax's (value, index) reduction over the vocabulary as one of a step's slowest
+    passes (16 ms of the ~2.4-s Small step on 2 cores); these two fuse with what reads
+    the logits. Only a row with a NaN differs (a valid id, not argmax's).
+
+    >>> argmax(tf.constant([[1.0, 3.0, 3.0, 2.0]])).numpy().tolist()
+    [1]
+    """
+    vocab = logits.shape[-1]
+    largest = tf.reduce_max(logits, axis=-1, keepdims=True)
+    first = tf.reduce_min(tf.where(logits == largest, tf.range(vocab, dtype=tf.int32), vocab),
+                          axis=-1)
+    return tf.minimum(first, vocab - 1)
 
 
 def every_position(ids):
