@@ -8,11 +8,11 @@ whatever the number of replicas, and after a resume.
 
 The CDF is found in two levels (blocks of 128 vocabulary entries, then inside the chosen
 block) rather than one cumulative sum over the vocabulary: a float32 running sum over 30k
-entries drifts by ~1e-3 and is 4x slower on CPU. The probabilities are never normalised
-nor stored: the uniform number is scaled to the total mass instead, the block masses are
-one pass over the logits (their maximum, then exp summed by block, which XLA fuses), and
-the chosen block's 128 entries are recomputed from its logits. Nothing of shape
-`[B, P, V]` is built.
+entries drifts by ~1e-3 and is 4x slower on CPU. The probabilities are never normalised:
+the uniform number is scaled to the total mass instead. The block masses are the
+exponentials exp((logit - max) / temperature) summed by block, and the chosen block's 128
+entries are recomputed from its logits, so nothing of shape `[B, P, V]` is kept past the
+block sums. Round-off never draws an id of probability 0 (`_first_passing`).
 
 >>> import tensorflow as tf
 >>> logits = tf.math.log(tf.constant([[[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]]]) + 1e-9)
@@ -74,19 +74,20 @@ def sample(logits: tf.Tensor, uniform: tf.Tensor, temperature: float | tf.Tensor
     num_blocks = -(-vocab // BLOCK)
     logits = tf.reshape(tf.cast(logits, tf.float32), [n, vocab])
     top = tf.reduce_max(logits, axis=-1, keepdims=True)                  # [N, 1]
-    drawable = None if disallowed_ids is None else tf.reshape(
+    disallowed = None if disallowed_ids is None else tf.reshape(
         tf.cast(disallowed_ids, tf.int32), [n, 1])
 
     def weights(values, ids):
         """The unnormalised probabilities exp((logit - max) / temperature) of `values`,
         the logits of `ids`; 0 past the vocabulary and at the disallowed id."""
         keep = ids < vocab
-        if drawable is not None:  # the original token's probability zeroed
-            keep &= ids != drawable
+        if disallowed is not None:  # the original token's probability zeroed
+            keep &= ids != disallowed
         return tf.where(keep, tf.exp((values - top) / temperature), 0.0)
 
     # Whole blocks: the logits padded to a multiple of BLOCK (the padding weighs 0).
-    padded = tf.pad(logits, [[0, 0], [0, num_blocks * BLOCK - vocab]])
+    padded = tf.pad(logits, [[0, 0], [0, num_blocks * BLOCK - vocab]],
+                    constant_values=-float("inf"))
     every_id = tf.range(num_blocks * BLOCK, dtype=tf.int32)[None]          # [1, V']
     block_mass = tf.reduce_sum(tf.reshape(weights(padded, every_id),
                                           [n, num_blocks, BLOCK]), axis=-1)  # [N, blocks]
@@ -94,13 +95,13 @@ def sample(logits: tf.Tensor, uniform: tf.Tensor, temperature: float | tf.Tensor
     target = tf.reshape(tf.cast(uniform, tf.float32), [n]) * block_cdf[:, -1]   # [N]
 
     # The first block whose CDF passes the target, then the first entry inside it.
-    block = _count_at_most(block_cdf, target, num_blocks)               # [N]
+    block = _first_passing(block_cdf, block_mass, target)               # [N]
     target -= tf.gather(block_cdf, block, batch_dims=1) - tf.gather(block_mass, block,
                                                                      batch_dims=1)
     in_block = block[:, None] * BLOCK + tf.range(BLOCK, dtype=tf.int32)[None]  # [N, 128]
     in_block_logits = tf.gather(logits, tf.minimum(in_block, vocab - 1), batch_dims=1)
-    in_block_cdf = tf.math.cumsum(weights(in_block_logits, in_block), axis=-1)
-    entry = _count_at_most(in_block_cdf, target, BLOCK)
+    in_block_mass = weights(in_block_logits, in_block)                  # [N, 128]
+    entry = _first_passing(tf.math.cumsum(in_block_mass, axis=-1), in_block_mass, target)
     ids = tf.minimum(block * BLOCK + entry, vocab - 1)
     return tf.reshape(ids, [batch, positions])
 
@@ -145,10 +146,25 @@ def _set_at(values, ids, value):
     return tf.tensor_scatter_nd_update(values, index, tf.fill([batch, positions], value))
 
 
-def _count_at_most(cdf, target, size):
-    """How many CDF entries are <= target, capped at size - 1 (round-off at the top)."""
-    count = tf.reduce_sum(tf.cast(cdf <= target[:, None], tf.int32), axis=-1)
-    return tf.minimum(count, size - 1)
+def _first_passing(cdf, mass, target):
+    """`[N]` the first entry of each row whose `cdf` passes `target` (`[N]`) and whose
+    `mass` (`[N, K]`, of which `cdf` is the running sum) is positive: the inverse CDF.
+    Round-off can put the target below the first step (the chosen block's offset
+    subtracted, slightly negative) or at or past the top (a block's entries summed in
+    another order than its mass): then the first, or the last, entry of positive mass,
+    never one of mass 0 (a disallowed or padded id); the last entry where none has mass
+    (a degenerate row).
+
+    >>> cdf = tf.constant([[0.0, 0.5, 1.0]]); mass = tf.constant([[0.0, 0.5, 0.5]])
+    >>> [int(_first_passing(cdf, mass, tf.constant([t]))[0]) for t in (-1e-9, 0.5, 1.0)]
+    [1, 2, 2]
+    """
+    size = cdf.shape[-1]
+    index = tf.range(size, dtype=tf.int32)[None]
+    positive = mass > 0
+    first = tf.reduce_min(tf.where((cdf > target[:, None]) & positive, index, size), axis=-1)
+    last = tf.reduce_max(tf.where(positive, index, -1), axis=-1)
+    return tf.where(first < size, first, tf.where(last >= 0, last, size - 1))
 
 
 def replace_masked(masked_input_ids: tf.Tensor, positions: tf.Tensor, weights: tf.Tensor,
