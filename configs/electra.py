@@ -139,6 +139,10 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
                                               # blocks, whole blocks; auto: none on a
                                               # GPU/TPU whose memory holds the step,
                                               # else selective (always on CPUs)
+    config.train.vocabulary_padding = "auto"  # auto|none|tiles: the projection onto the
+                                              # vocabulary on a table padded to a
+                                              # multiple of 128 (tiles) or not (none);
+                                              # auto: tiles on GPUs/TPUs, none on CPUs
 
     config.runtime = ml_collections.ConfigDict()
     config.runtime.strategy = "auto"          # auto|tpu|mirrored|multi_worker|one_device

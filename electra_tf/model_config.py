@@ -67,6 +67,7 @@ EARLIER_DEFAULTS = {
     "train.xla_scope": "auto",
     "train.accumulation_steps": 1,
     "train.remat": "auto",
+    "train.vocabulary_padding": "auto",
     "train.eval_predictions": 3,
     "train.profile_steps": 0,
 }

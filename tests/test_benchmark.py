@@ -83,7 +83,8 @@ def test_train_benchmark_prints_one_json_line_last_and_profiles(tmp_path):
                                       f"--workdir={tmp_path}", "--config.model.hidden_size=96",
                                       "--config.model.num_heads=3",
                                       "--config.train.accumulation_steps=2",
-                                      "--config.train.remat=blocks"))
+                                      "--config.train.remat=blocks",
+                                      "--config.train.vocabulary_padding=tiles"))
     for key in ("seq_per_sec", "seq_per_sec_per_replica", "steps_per_sec", "tokens_per_sec",
                 "step_time_median_s", "model_flops_per_seq", "achieved_flops",
                 "matmul_peak_flops", "mfu", "peak_rss_mib", "rss_at_end_mib", "device",
@@ -98,6 +99,7 @@ def test_train_benchmark_prints_one_json_line_last_and_profiles(tmp_path):
     assert (results["accumulation_steps"], results["remat"]) == (2, "blocks")
     assert results["remat_reason"] == "as configured"  # auto's says what it chose and why
     assert (results["vocab_size"], results["vocab_size_padded"]) == (30522, 30592)
+    assert results["vocabulary_padding_reason"] == "as configured"  # auto: by the device
     assert results["num_predictions"] == 4  # int(0.155 * 32)
     assert results["seq_per_sec"] > 0 and 0 < results["mfu"]
     assert results["model_flops_per_seq"] > 0 and results["peak_rss_mib"] > 0

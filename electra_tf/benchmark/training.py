@@ -229,8 +229,10 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
         "shape": shape.to_dict(), "objective": objective,
         "steps": steps, "warmup_steps": warmup, "steps_per_loop": per_loop,
         "num_predictions": num_predictions, "vocab_size": vocab_size,
-        # The MLM heads multiply by the table padded to this (model/heads.py).
-        "vocab_size_padded": heads.padded_vocabulary(vocab_size),
+        # The MLM heads multiply by the table padded to this (model/heads.py), and why
+        # (config.train.vocabulary_padding=auto's choice for the device).
+        "vocab_size_padded": heads.padded_vocabulary(vocab_size, trainer.vocabulary_multiple),
+        "vocabulary_padding_reason": trainer.vocabulary_padding_reason,
         "data": "+".join("synthetic" if name == "synthetic" else f"real:{data_dir}"
                          for name in datasets),
         "jit_compile": bool(config.train.jit_compile),

@@ -58,7 +58,8 @@ class StepContext:
     replica, or replica · N + micro-batch under accumulation), an int32 scalar.
     `remat`: the recomputation mode of the backward pass (`REMAT_MODES`). `stage`: the
     algorithm's stage (a name), None outside training. `step`: the step (int64), None
-    outside training."""
+    outside training. `vocabulary_multiple`: what the MLM heads pad the vocabulary to
+    (`heads.padding_multiple`, chosen for the device); None: the heads' own."""
 
     training: bool = False
     uniform: Any = None
@@ -68,6 +69,7 @@ class StepContext:
     remat: str = "none"
     stage: str | None = None
     step: Any = None
+    vocabulary_multiple: int | None = None
 
     def __post_init__(self):
         if self.remat not in REMAT_MODES:
@@ -98,15 +100,16 @@ class StepContext:
 
     # A `tf.nest` structure: tensors as leaves, the static fields as metadata.
     def __tf_flatten__(self):
-        return ((self.training, self.remat, self.stage),
+        return ((self.training, self.remat, self.stage, self.vocabulary_multiple),
                 (self.uniform, self.temperature, self.seed, self.block, self.step))
 
     @classmethod
     def __tf_unflatten__(cls, metadata, components):
-        training, remat, stage = metadata
+        training, remat, stage, vocabulary_multiple = metadata
         uniform, temperature, seed, block, step = components
         return cls(training=training, uniform=uniform, temperature=temperature, seed=seed,
-                   block=block, remat=remat, stage=stage, step=step)
+                   block=block, remat=remat, stage=stage, step=step,
+                   vocabulary_multiple=vocabulary_multiple)
 
 
 def active() -> StepContext | None:

@@ -22,17 +22,42 @@ from electra_tf.model import encoder
 # The projection onto the vocabulary multiplies by a table padded with zero rows to a
 # multiple of this: matrix units (tensor cores, TPUs' MXUs) and their libraries' kernels
 # run whole tiles, and 30,522 tokens is none (the H200 profile's three slow float32
-# GEMMs, BENCHMARKS.md "GPU").
+# GEMMs, BENCHMARKS.md "GPU"). A CPU's GEMMs have no such tiles: there the training step
+# runs unpadded (`padding_multiple`, config.train.vocabulary_padding=auto).
 VOCABULARY_MULTIPLE = 128
+PADDINGS = ("auto", "none", "tiles")  # config.train.vocabulary_padding
 
 
-def padded_vocabulary(vocabulary_size: int) -> int:
-    """`vocabulary_size` rounded up to a multiple of `VOCABULARY_MULTIPLE`.
+def padded_vocabulary(vocabulary_size: int, multiple: int = VOCABULARY_MULTIPLE) -> int:
+    """`vocabulary_size` rounded up to a multiple of `multiple`.
 
-    >>> padded_vocabulary(30522)
-    30592
+    >>> padded_vocabulary(30522), padded_vocabulary(30522, multiple=1)
+    (30592, 30522)
     """
-    return -(-vocabulary_size // VOCABULARY_MULTIPLE) * VOCABULARY_MULTIPLE
+    return -(-vocabulary_size // multiple) * multiple
+
+
+def padding_multiple(mode: str, device_kind: str) -> tuple[int, str]:
+    """(the multiple the projection onto the vocabulary is padded to, why) for
+    config.train.vocabulary_padding=`mode` on `device_kind` ('cpu', 'gpu' or 'tpu'):
+    `tiles` pads to `VOCABULARY_MULTIPLE`, `none` not at all, `auto` pads on a GPU or
+    TPU and not on a CPU, where the padded table's copy and the slice's padded gradient
+    are all the padding brings (3.4% of a Small step on 2 cores: BENCHMARKS.md, "Where a
+    CPU step goes").
+
+    >>> padding_multiple("auto", "gpu")[0], padding_multiple("auto", "cpu")[0]
+    (128, 1)
+    """
+    if mode not in PADDINGS:
+        raise ValueError(f"`mode` must be one of {', '.join(PADDINGS)}. "
+                         f"Received: `mode={mode!r}`")
+    if mode != "auto":
+        return (VOCABULARY_MULTIPLE if mode == "tiles" else 1), "as configured"
+    if device_kind in ("gpu", "tpu"):
+        return VOCABULARY_MULTIPLE, (f"auto on a {device_kind.upper()}: whole "
+                                     f"{VOCABULARY_MULTIPLE}-wide tiles for its matrix units")
+    return 1, (f"auto on a {device_kind.upper()}: its GEMMs have no tiles to fill, and "
+               "the padding's copies cost it time")
 
 
 class MaskedLMHead(keras_hub.layers.MaskedLMHead):
@@ -40,7 +65,8 @@ class MaskedLMHead(keras_hub.layers.MaskedLMHead):
     output bias also works under a mixed precision policy, and whose matmul runs on the
     vocabulary padded to `padded_vocabulary` (zero rows appended to the table in the
     step, not to the variables: checkpoints, exports and conversions keep the real
-    vocabulary). The padded columns of the logits are sliced off before the bias: the
+    vocabulary), to a multiple of the call's `vocabulary_multiple` (the step context's,
+    chosen for the device; `VOCABULARY_MULTIPLE` unless given). The padded columns of the logits are sliced off before the bias: the
     logits, and so the losses, samples, metrics and gradients, are the real
     vocabulary's, and no padded id can be sampled.
 
@@ -52,11 +78,12 @@ class MaskedLMHead(keras_hub.layers.MaskedLMHead):
     layer's call encloses the head: the bias is not rounded to the compute dtype.
     """
 
-    def call(self, inputs, mask_positions):
+    def call(self, inputs, mask_positions, vocabulary_multiple=None):
         with compat.no_autocast():
-            return self._logits(inputs, mask_positions)
+            return self._logits(inputs, mask_positions,
+                                vocabulary_multiple or VOCABULARY_MULTIPLE)
 
-    def _logits(self, inputs, mask_positions):
+    def _logits(self, inputs, mask_positions, multiple):
         # [batch, P, H] by int32 indices: Keras' take_along_axis casts them to int64 and
         # broadcasts them to [batch, P, H] (int64 is emulated on TPUs).
         x = tf.gather(inputs, tf.cast(mask_positions, tf.int32), batch_dims=1)
@@ -72,9 +99,12 @@ class MaskedLMHead(keras_hub.layers.MaskedLMHead):
         else:
             kernel = keras.ops.cast(parts.kernel, x.dtype)                   # [E, V]
         vocabulary = kernel.shape[-1]
-        kernel = keras.ops.pad(kernel, [[0, 0], [0, padded_vocabulary(vocabulary)
-                                                 - vocabulary]])          # [E, V']
-        outputs = keras.ops.matmul(x, kernel)[..., :vocabulary]           # [B, P, V]
+        padding = padded_vocabulary(vocabulary, multiple) - vocabulary
+        if padding:
+            kernel = keras.ops.pad(kernel, [[0, 0], [0, padding]])       # [E, V']
+        outputs = keras.ops.matmul(x, kernel)                             # [B, P, V']
+        if padding:
+            outputs = outputs[..., :vocabulary]                           # [B, P, V]
         outputs = keras.ops.cast(outputs, "float32") + keras.ops.cast(parts.bias, "float32")
         return outputs if self.activation is None else self.activation(outputs)
 

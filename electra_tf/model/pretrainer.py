@@ -166,7 +166,8 @@ class ElectraPretrainer(keras.Model):
         # Generator: MLM at the masked positions only (never over all S tokens).
         generated = self.generator_pass(batch["masked_input_ids"], batch, context)
         mlm_logits = tf.cast(self.generator_head(
-            generated, mask_positions=batch["masked_lm_positions"]), tf.float32)  # [B, P, V]
+            generated, mask_positions=batch["masked_lm_positions"],
+            vocabulary_multiple=context.vocabulary_multiple), tf.float32)        # [B, P, V]
         # The generator's states at the masked positions: the adversarial algorithm's
         # baseline reads them (unused otherwise, and then pruned from the graph).
         hidden = tf.gather(generated, tf.cast(batch["masked_lm_positions"], tf.int32),

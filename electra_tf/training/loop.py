@@ -49,6 +49,7 @@ def validate(config):
     its own), the objective for its tie and algorithm, the generator mode, the
     temperature schedule and the algorithm. Each check is written once, beside the
     allowed values or in the function that resolves the value (`remat.check_remat`,
+    `step_settings.check_vocabulary_padding`,
     `distribute.check_strategy`, `optimizer.check_optimizer`, ...); this runs every
     one that needs no device, data or workdir (what depends on the strategy, e.g. float16
     needing a GPU, the Trainer checks). The loop, `experiments/variants.py` and the
@@ -56,6 +57,7 @@ def validate(config):
     config = model_config.complete(config)
     config_check.check(config)
     remat.check_remat(config.train.remat)
+    step_settings.check_vocabulary_padding(config.train.vocabulary_padding)
     step_settings.check_xla_scope(config.train.xla_scope)
     optimizer_lib.check_optimizer(config.train)
     distribute.check_mixed_precision(config.train.mixed_precision)

@@ -9,6 +9,7 @@ pre-training `validate`.
 import tensorflow as tf
 
 from electra_tf import errors
+from electra_tf.model import heads
 from electra_tf.model import remat
 from electra_tf.training import distribute
 
@@ -73,6 +74,20 @@ def remat_mode(mode: str, strategy, model, local_batch: int, seq_len: int,
     return remat.choose(mode, distribute.device_kind(strategy),
                         distribute.device_memory(strategy), activations,
                         16 * model.count_params())
+
+
+def check_vocabulary_padding(mode: str) -> None:
+    """A one-line `UserError` unless `config.train.vocabulary_padding` (`mode`) is one of
+    `heads.PADDINGS` (needs no device: the pre-training `validate` calls it)."""
+    errors.check_choice("config.train.vocabulary_padding", mode, heads.PADDINGS)
+
+
+def vocabulary_multiple(mode: str, strategy) -> tuple[int, str]:
+    """(the multiple the MLM heads pad the vocabulary to, why) for
+    config.train.vocabulary_padding=`mode` on the strategy's device
+    (`heads.padding_multiple`; `mode` checked: `check_vocabulary_padding`)."""
+    check_vocabulary_padding(mode)
+    return heads.padding_multiple(mode, distribute.device_kind(strategy))
 
 
 def micro_batches(train_config, local_batch: int) -> int:

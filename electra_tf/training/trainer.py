@@ -45,6 +45,7 @@ from electra_tf import errors
 from electra_tf import model_config
 from electra_tf import progress
 from electra_tf.model import context as context_lib
+from electra_tf.model import heads
 from electra_tf.training import algorithms
 from electra_tf.training import distribute
 from electra_tf.training import memory
@@ -78,6 +79,14 @@ class Trainer:
                 config.train.remat, strategy, self.model, self.local_batch, seq_length,
                 num_predictions, self.policy)
             logging.info("config.train.remat=%s: %s", self.remat, self.remat_reason)
+            # The projection onto the vocabulary padded to whole tiles, or not: `auto`
+            # by the device.
+            self.vocabulary_multiple, self.vocabulary_padding_reason = (
+                step_settings.vocabulary_multiple(config.train.vocabulary_padding, strategy))
+            logging.info("config.train.vocabulary_padding=%s: the vocabulary padded to %d "
+                         "(a multiple of %d): %s", config.train.vocabulary_padding,
+                         heads.padded_vocabulary(vocab_size, self.vocabulary_multiple),
+                         self.vocabulary_multiple, self.vocabulary_padding_reason)
             # The sampling temperature of step t (constant, or a schedule to 1.0).
             self.temperature = model_config.temperature_schedule(config)
             # Which variables each step trains, by which loss (checked: errors name keys);
@@ -202,7 +211,8 @@ class Trainer:
                           tf.int32)
         return context_lib.StepContext.for_step(
             seed, step, training=True, uniform=self._uniform(seed, step), block=replica,
-            temperature=self.temperature(step), stage=stage, remat=self.remat)
+            temperature=self.temperature(step), stage=stage, remat=self.remat,
+            vocabulary_multiple=self.vocabulary_multiple)
 
     def _forward_backward_pass(self, batch, counts, context):
         """forward → loss → gradients of one (micro-)batch in `context` (its rows'
@@ -437,7 +447,8 @@ class Trainer:
             # temperature is the current step's: the held-out loss is the training loss.
             context = context_lib.StepContext(
                 uniform=self._uniform(self.config.train.seed + 1, index),
-                temperature=self.temperature(self.step.value()))
+                temperature=self.temperature(self.step.value()),
+                vocabulary_multiple=self.vocabulary_multiple)
             outputs, values = self._forward(batch, counts, context)
             self.eval_metrics.update(batch, outputs, values)
         with tracebacks.short_tracebacks():

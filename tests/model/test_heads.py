@@ -1,7 +1,9 @@
 """model/heads.py's MLM head projects onto the vocabulary padded to a multiple of 128 and
-gives the real vocabulary's logits and gradients."""
+gives the real vocabulary's logits and gradients; the device chooses the padding."""
 
 import re
+
+import pytest
 
 import keras
 import numpy as np
@@ -71,3 +73,40 @@ def test_every_matmul_onto_the_vocabulary_is_padded():
     vocabulary = [d for d in dots if re.search(rf"\b({V}|128)\b", d.split("dot(")[1])]
     assert len(vocabulary) == 3, vocabulary  # logits, d/d table, d/d input
     assert all("128" in d and not re.search(rf"\b{V}\b", d) for d in vocabulary), vocabulary
+
+
+def test_the_device_chooses_the_padding():
+    assert heads.padding_multiple("auto", "gpu")[0] == 128
+    assert heads.padding_multiple("auto", "tpu")[0] == 128
+    multiple, reason = heads.padding_multiple("auto", "cpu")
+    assert multiple == 1 and "CPU" in reason
+    assert heads.padding_multiple("tiles", "cpu") == (128, "as configured")
+    assert heads.padding_multiple("none", "gpu") == (1, "as configured")
+    with pytest.raises(ValueError, match="auto, none, tiles"):
+        heads.padding_multiple("128", "cpu")
+
+
+def test_an_unpadded_call_gives_the_padded_logits_and_gradients_without_padding():
+    """`vocabulary_multiple=1` (a CPU's step): the padded call's logits and gradients,
+    and every matmul onto the vocabulary on its real 37 columns."""
+    head, embeddings, sequence, positions = _head()
+    variables = [embeddings.token_embedding.embeddings] + head.trainable_variables
+
+    @tf.function(jit_compile=True)
+    def step(s, multiple):
+        with tf.GradientTape() as tape:
+            logits = head(s, mask_positions=positions, vocabulary_multiple=multiple)
+            loss = tf.reduce_sum(tf.nn.log_softmax(logits) * np.arange(V) / V)
+        return logits, tape.gradient(loss, variables)
+
+    (padded, padded_grads), (unpadded, unpadded_grads) = step(sequence, 128), step(sequence, 1)
+    np.testing.assert_allclose(unpadded, padded, rtol=1e-6, atol=1e-6)
+    for got, expected in zip(unpadded_grads, padded_grads):
+        np.testing.assert_allclose(tf.convert_to_tensor(got), tf.convert_to_tensor(expected),
+                                   rtol=1e-5, atol=1e-6)
+    hlo = step.experimental_get_compiler_ir(sequence, 1)(stage="hlo")
+    dots = [line for line in hlo.splitlines() if re.search(r"= \S+ dot\(", line)]
+    vocabulary = [d for d in dots if re.search(rf"\b({V}|128)\b", d.split("dot(")[1])]
+    assert len(vocabulary) == 3, vocabulary
+    assert not any(re.search(r"\b128\b", d) for d in vocabulary), vocabulary
+    assert " pad(" not in hlo

@@ -102,6 +102,16 @@ def test_the_plain_step_moves_the_weights(plain):
     assert moved > 1e-3  # well above the tolerance the variants are held to
 
 
+def test_the_vocabulary_padded_for_a_gpu_trains_the_cpus_unpadded_weights(plain):
+    """`vocabulary_padding=auto` leaves a CPU's projection unpadded; padded to tiles, as
+    on a GPU or TPU, the same steps end at the same weights and metrics."""
+    trainer = plain[0]
+    assert trainer.vocabulary_multiple == 1 and "CPU" in trainer.vocabulary_padding_reason
+    run = _train(remat="none", vocabulary_padding="tiles")
+    assert run[0].vocabulary_multiple == 128
+    _assert_same(run, plain)
+
+
 def test_accumulation_ends_where_the_whole_batch_step_ends(plain):
     run = _train(accumulation_steps=4)  # 4 micro-batches of 2 rows
     assert run[0].accumulation_steps == 4
@@ -206,7 +216,8 @@ def _optimized_hlo(trainer, stage="optimized_hlo"):
     step = tf.constant(0, tf.int64)
     step_context = context.StepContext.for_step(
         0, step, training=True, uniform=tf.zeros([BATCH, P]), block=tf.constant(0),
-        temperature=trainer.temperature(step), stage=trainer.stage, remat=trainer.remat)
+        temperature=trainer.temperature(step), stage=trainer.stage, remat=trainer.remat,
+        vocabulary_multiple=trainer.vocabulary_multiple)
     return trainer._forward_backward.experimental_get_compiler_ir(  # pylint: disable=protected-access
         batch, counts, step_context)(stage=stage)
 

@@ -193,7 +193,8 @@ class Electric(electra.Electra):
         # q(· | every other token) at every position, from the UNMASKED input.
         cloze = model.generator_pass(input_ids, batch, context)
         cloze_logits = tf.cast(model.generator_head(
-            cloze, mask_positions=base.every_position(input_ids)), tf.float32)  # [B, S, V]
+            cloze, mask_positions=base.every_position(input_ids),
+            vocabulary_multiple=context.vocabulary_multiple), tf.float32)       # [B, S, V]
         outputs = model.sample(batch, tf.gather(cloze_logits, tf.cast(positions, tf.int32),
                                                 batch_dims=1), context)
         # NCE: a sampled token is noise whatever it is, the original token included.

@@ -30,7 +30,8 @@ class MLM(base.Objective):
     def forward(self, model, batch, context):
         sequence = model.encode(batch["masked_input_ids"], batch, context)  # no sampling
         return {"mlm_logits": tf.cast(model.discriminator_head(
-            sequence, mask_positions=batch["masked_lm_positions"]), tf.float32)}  # [B, P, V]
+            sequence, mask_positions=batch["masked_lm_positions"],
+            vocabulary_multiple=context.vocabulary_multiple), tf.float32)}      # [B, P, V]
 
     def loss(self, outputs, batch, num_masked=None, num_tokens=None):
         del num_tokens

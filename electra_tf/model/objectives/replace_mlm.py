@@ -45,7 +45,8 @@ class ReplaceMLM(base.Objective):
         sequence = model.encode(outputs["corrupted_ids"], batch, context)
         positions, _, _ = self.targets(batch)
         outputs["lm_logits"] = tf.cast(model.discriminator_head(
-            sequence, mask_positions=positions), tf.float32)          # [B, P or S, V]
+            sequence, mask_positions=positions,
+            vocabulary_multiple=context.vocabulary_multiple), tf.float32)  # [B, P or S, V]
         return outputs
 
     def loss(self, outputs, batch, num_masked=None, num_tokens=None):
