@@ -4,7 +4,8 @@ weights, as one immutable value, and the one place the layers read it from.
 A training step builds one (`for_step`): the step, the dropout seed derived once from
 (run seed, step), the sampling noise of this replica's rows, the block of the global
 batch those rows are (the replica), the step's sampling temperature, the algorithm's
-stage, `training` and the recomputation mode (`model/remat.py`). A micro-batch of
+stage, `training`, the recomputation mode (`model/remat.py`) and the multiple the MLM
+heads pad the vocabulary to (`model/heads.py`, chosen for the device). A micro-batch of
 gradient accumulation takes its own rows and block (`for_block`); evaluation and the
 predictions view build theirs (no dropout seed: not training). The objective hands it to
 the model's passes (`objective.forward(model, batch, context)` → `model.generate`,
@@ -18,8 +19,8 @@ from its `seed` and `block` (`model/dropout.py`), and the recomputing layers rea
 context has closed, enters the context its forward call captured. `active()` is a
 `contextvars.ContextVar`: each thread (a MirroredStrategy replica) sees its own.
 
-It is a `tf.nest` structure (its tensors are the leaves; `training`, `remat` and `stage`
-are static), so a compiled function takes it as one argument.
+It is a `tf.nest` structure (its tensors are the leaves; `training`, `remat`, `stage` and
+`vocabulary_multiple` are static), so a compiled function takes it as one argument.
 
 >>> context = StepContext.for_step(7, 3, training=True, remat="selective")
 >>> context.seed.numpy().tolist(), context.block, active() is None
@@ -72,6 +73,10 @@ class StepContext:
     vocabulary_multiple: int | None = None
 
     def __post_init__(self):
+        if self.vocabulary_multiple is not None and not (
+                isinstance(self.vocabulary_multiple, int) and self.vocabulary_multiple >= 1):
+            raise ValueError("`vocabulary_multiple` must be a positive int or None. "
+                             f"Received: `vocabulary_multiple={self.vocabulary_multiple!r}`")
         if self.remat not in REMAT_MODES:
             raise ValueError(f"`remat` must be one of {', '.join(REMAT_MODES)}. "
                              f"Received: `remat={self.remat!r}`")

@@ -42,7 +42,7 @@ def padding_multiple(mode: str, device_kind: str) -> tuple[int, str]:
     config.train.vocabulary_padding=`mode` on `device_kind` ('cpu', 'gpu' or 'tpu'):
     `tiles` pads to `VOCABULARY_MULTIPLE`, `none` not at all, `auto` pads on a GPU or
     TPU and not on a CPU, where the padded table's copy and the slice's padded gradient
-    are all the padding brings (3.4% of a Small step on 2 cores: BENCHMARKS.md, "Where a
+    are all the padding brings (2.5% of a Small step on 2 cores: BENCHMARKS.md, "Where a
     CPU step goes").
 
     >>> padding_multiple("auto", "gpu")[0], padding_multiple("auto", "cpu")[0]
@@ -54,8 +54,9 @@ def padding_multiple(mode: str, device_kind: str) -> tuple[int, str]:
     if mode != "auto":
         return (VOCABULARY_MULTIPLE if mode == "tiles" else 1), "as configured"
     if device_kind in ("gpu", "tpu"):
-        return VOCABULARY_MULTIPLE, (f"auto on a {device_kind.upper()}: whole "
-                                     f"{VOCABULARY_MULTIPLE}-wide tiles for its matrix units")
+        return VOCABULARY_MULTIPLE, (
+            f"auto on a {device_kind.upper()}: whole {VOCABULARY_MULTIPLE}-wide tiles "
+            "for its matrix units")
     return 1, (f"auto on a {device_kind.upper()}: its GEMMs have no tiles to fill, and "
                "the padding's copies cost it time")
 
@@ -66,9 +67,9 @@ class MaskedLMHead(keras_hub.layers.MaskedLMHead):
     vocabulary padded to `padded_vocabulary` (zero rows appended to the table in the
     step, not to the variables: checkpoints, exports and conversions keep the real
     vocabulary), to a multiple of the call's `vocabulary_multiple` (the step context's,
-    chosen for the device; `VOCABULARY_MULTIPLE` unless given). The padded columns of the logits are sliced off before the bias: the
-    logits, and so the losses, samples, metrics and gradients, are the real
-    vocabulary's, and no padded id can be sampled.
+    chosen for the device; `VOCABULARY_MULTIPLE` unless given). The padded columns of
+    the logits are sliced off before the bias: the logits, and so the losses, samples,
+    metrics and gradients, are the real vocabulary's, and no padded id can be sampled.
 
     keras-hub adds its float32 bias to float16/bfloat16
     outputs (its layer does not autocast), which TF refuses: the `AddV2` of a half and

@@ -79,13 +79,16 @@ def views(forward, batch: dict, vocab: tokenizer.Vocab, uniform) -> list[list[To
     return out
 
 
-def predict_fn(model, temperature=None):
+def predict_fn(model, temperature=None, vocabulary_multiple=None):
     """The model's forward pass without dropout, compiled once: `(batch, uniform) →
     outputs` (eager calls would run op by op on an accelerator), sampling at
-    `temperature()` (a training run's current one) or the model's own."""
+    `temperature()` (a training run's current one) or the model's own, its MLM heads
+    padding the vocabulary to `vocabulary_multiple` (a training run's choice for the
+    device) or to their own multiple."""
     return tf.function(lambda batch, uniform: model.objective.forward(
         model, batch, context.StepContext(
-            uniform=uniform, temperature=temperature() if temperature else None)))
+            uniform=uniform, temperature=temperature() if temperature else None,
+            vocabulary_multiple=vocabulary_multiple)))
 
 
 def summary_line(tokens: list[Token]) -> str:

@@ -138,7 +138,8 @@ class Trainer:
         self._compiled_stages = set()  # stages whose loop has run (`run_loop`)
         self.eval_batch = tf.function(self._eval_batch_fn)
         self.predict = predictions.predict_fn(  # the predictions view's, at the step's
-            self.model, lambda: self.temperature(self.step.value()))  # temperature
+            self.model, lambda: self.temperature(self.step.value()),  # temperature
+            vocabulary_multiple=self.vocabulary_multiple)
 
     # ------------------------------------------------------------------ the step
     def train_step(self, batch, step, stage: str):
@@ -204,8 +205,8 @@ class Trainer:
     def step_context(self, step, stage: str) -> context_lib.StepContext:
         """The context of this replica's rows at `step` (built once per step): the
         dropout seed (run seed, step), this replica's rows of the step's sampling noise,
-        the replica as the block, the step's temperature, `stage`, training and the
-        run's recomputation mode."""
+        the replica as the block, the step's temperature, `stage`, training, the
+        run's recomputation mode and the vocabulary's padding multiple."""
         seed = self.config.train.seed
         replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group,
                           tf.int32)

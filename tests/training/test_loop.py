@@ -56,6 +56,8 @@ def test_validate_refuses_each_value_before_the_loop_writes(tmp_path):
                                    "selective, blocks"),
             ("train.xla_scope", "everything", "config.train.xla_scope='everything': choose "
                                               "one of auto, whole_step, forward_backward"),
+            ("train.vocabulary_padding", "128", "config.train.vocabulary_padding='128': "
+                                                "choose one of auto, none, tiles"),
             ("train.accumulation_steps", 0, "config.train.accumulation_steps=0: must be a "
                                             "whole number >= 1"),
             ("train.two_stage_generator_steps", -1,

@@ -110,6 +110,11 @@ def test_the_vocabulary_padded_for_a_gpu_trains_the_cpus_unpadded_weights(plain)
     run = _train(remat="none", vocabulary_padding="tiles")
     assert run[0].vocabulary_multiple == 128
     _assert_same(run, plain)
+    # The choice reaches the compiled step through the trainer's own context: the
+    # table padded (its Pad op) in the padded run's program only.
+    table_pad = re.compile(r'op_name="[^"]*generator_predictions[^"]*/Pad"')
+    assert not table_pad.search(_optimized_hlo(trainer, stage="trainer_context"))
+    assert table_pad.search(_optimized_hlo(run[0], stage="trainer_context"))
 
 
 def test_accumulation_ends_where_the_whole_batch_step_ends(plain):
@@ -218,6 +223,8 @@ def _optimized_hlo(trainer, stage="optimized_hlo"):
         0, step, training=True, uniform=tf.zeros([BATCH, P]), block=tf.constant(0),
         temperature=trainer.temperature(step), stage=trainer.stage, remat=trainer.remat,
         vocabulary_multiple=trainer.vocabulary_multiple)
+    if stage == "trainer_context":  # the context the trainer's step builds, traced
+        step_context, stage = trainer.step_context(step, trainer.stage), "hlo"
     return trainer._forward_backward.experimental_get_compiler_ir(  # pylint: disable=protected-access
         batch, counts, step_context)(stage=stage)
 
