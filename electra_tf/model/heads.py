@@ -16,6 +16,7 @@ import keras_hub
 import tensorflow as tf
 
 from electra_tf import compat
+from electra_tf import errors
 from electra_tf.model import encoder
 
 
@@ -48,9 +49,7 @@ def padding_multiple(mode: str, device_kind: str) -> tuple[int, str]:
     >>> padding_multiple("auto", "gpu")[0], padding_multiple("auto", "cpu")[0]
     (128, 1)
     """
-    if mode not in PADDINGS:
-        raise ValueError(f"`mode` must be one of {', '.join(PADDINGS)}. "
-                         f"Received: `mode={mode!r}`")
+    errors.check_choice("config.train.vocabulary_padding", mode, PADDINGS, error=ValueError)
     if mode != "auto":
         return (VOCABULARY_MULTIPLE if mode == "tiles" else 1), "as configured"
     if device_kind in ("gpu", "tpu"):
