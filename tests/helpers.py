@@ -1,9 +1,11 @@
 """Small data that tests make for themselves: a vocab, a corpus, TFRecord shards, a tiny
-pre-trained run; and a runner of SavedModel signatures in TF Serving's session loader."""
+pre-trained run; a runner of SavedModel signatures in TF Serving's session loader; a
+counter of the fusions over a shape in compiled HLO."""
 
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 
@@ -275,7 +277,6 @@ def finetune_three_ways(command, directory, stdout=()) -> None:
 def one_line_error(result) -> str:
     """The `error: ...` line of a tool that refused its input; asserts exit code 2, no
     traceback, and that every other line of stderr is a log line."""
-    import re  # pylint: disable=g-import-not-at-top
     # What TF's C++ runtime and absl's logger write ("E1126 09:46:01.53 123 file.cc:52]
     # ..."): start-up chatter (no CUDA driver here) and log lines, never the tool's error.
     log_line = re.compile(r"^[IWEF]\d{4} [\d:.]+ +\d+ \S+:\d+\] |"
@@ -306,3 +307,37 @@ def forward(model, batch, **fields) -> dict:
     """One pass of `model`'s objective over `batch` in a `StepContext` of `fields`
     (`uniform`, `training`, `seed`, `temperature`, ...)."""
     return model.objective.forward(model, batch, context.StepContext(**fields))
+
+
+def fusions_over(hlo: str, dims) -> list[str]:
+    """The fusions of the compiled program (not those inside other fusions) that read or
+    write a tensor whose dimensions are `dims` in any order (any layout XLA chose)."""
+    want = sorted(dims)
+    computations, name = {}, None
+    for line in hlo.splitlines():
+        header = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
+        if header and not line.startswith(" "):
+            name = header.group(1)
+            computations[name] = []
+        elif name and line.startswith("  "):
+            computations[name].append(line.strip())
+    fused = set(re.findall(r"calls=%([\w.\-]+)", hlo))
+    found = []
+    for computation, lines in computations.items():
+        if computation in fused:
+            continue
+        shapes = {}
+        for line in lines:
+            parsed = re.match(r"(?:ROOT )?%([\w.\-]+) = (\(?[^=]*?)\s+([\w\-]+)\((.*)", line)
+            if not parsed:
+                continue
+            instruction, shape, op, rest = parsed.groups()
+            shapes[instruction] = shape
+            if op != "fusion":
+                continue
+            operands = re.findall(r"%([\w.\-]+)", rest.split(")")[0])
+            touched = " ".join([shape] + [shapes.get(o, "") for o in operands])
+            if any(sorted(int(d) for d in found_dims.split(",") if d) == want
+                   for found_dims in re.findall(r"\[([\d,]*)\]", touched)):
+                found.append(instruction)
+    return found

@@ -2,9 +2,10 @@
 
 As in the original (and BERT): token + position + segment embeddings of width E, summed,
 LayerNorm (epsilon 1e-12), dropout; a dense projection to the hidden width H when E != H;
-then post-LayerNorm `keras_hub.layers.TransformerEncoder` blocks with exact (erf) gelu and
-truncated-normal(0.02) initialisation. No pooler: ELECTRA has none. Every dropout is a
-`dropout.HashDropout` (same semantics as Keras', a cheaper mask: see that module); the
+then post-LayerNorm `keras_hub.layers.TransformerEncoder` blocks with exact (erf) gelu
+(`activations.gelu`: the original's formula, one fusion where Keras' gelu makes three)
+and truncated-normal(0.02) initialisation. No pooler: ELECTRA has none. Every dropout is
+a `dropout.HashDropout` (same semantics as Keras', a cheaper mask: see that module); the
 attention probabilities' rate is its own (`attention_dropout`). Each block's attention
 core is `attention.core` (fewer passes over `[B, heads, S, S]`, the same function as
 Keras'), and each block can recompute its feed-forward's activation, its attention core
@@ -30,6 +31,7 @@ import keras_hub
 import tensorflow as tf
 
 from electra_tf import compat
+from electra_tf.model import activations
 from electra_tf.model import dropout as dropout_lib
 from electra_tf.model import projection as projection_lib
 from electra_tf.model import remat
@@ -189,7 +191,7 @@ class Encoder(keras.layers.Layer):
             setattr(self, f"transformer_layer_{i}", keras_hub.layers.TransformerEncoder(
                 intermediate_dim=intermediate_size, num_heads=num_heads,
                 dropout=max(dropout, self.attention_dropout),
-                activation="gelu",  # Keras' gelu is the exact (erf) one, as the original
+                activation=activations.gelu,  # the exact (erf) one, as the original's
                 layer_norm_epsilon=layer_norm_epsilon, kernel_initializer=initializer(),
                 dtype=self.dtype_policy, name=f"transformer_layer_{i}"))
 

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from electra_tf import compat
 from electra_tf import errors
+from electra_tf.model import activations
 from electra_tf.model import encoder
 
 
@@ -114,7 +115,7 @@ def masked_lm_head(embeddings: encoder.Embeddings, layer_norm_epsilon: float = 1
     """The generator head: gather masked positions → dense to E + gelu + LayerNorm → the
     (tied) token embedding matrix transposed + an output bias (`MaskedLMHead`)."""
     return MaskedLMHead(
-        token_embedding=embeddings.token_embedding, intermediate_activation="gelu",
+        token_embedding=embeddings.token_embedding, intermediate_activation=activations.gelu,
         layer_norm_epsilon=layer_norm_epsilon, kernel_initializer=encoder.initializer(),
         dtype=dtype, name=name)
 
@@ -126,7 +127,7 @@ class ReplacedTokenHead(keras.layers.Layer):
         super().__init__(**kwargs)
         self.hidden_size = hidden_size
         # === Layers ===
-        self.dense = keras.layers.Dense(hidden_size, activation="gelu",
+        self.dense = keras.layers.Dense(hidden_size, activation=activations.gelu,
                                         kernel_initializer=encoder.initializer(),
                                         dtype=self.dtype_policy, name="dense")
         self.logits = keras.layers.Dense(1, kernel_initializer=encoder.initializer(),

@@ -68,6 +68,7 @@ import tensorflow as tf
 
 from electra_tf import compat
 from electra_tf import errors
+from electra_tf.model import activations
 from electra_tf.model import attention
 from electra_tf.model import context as context_lib
 from electra_tf.model import dropout as dropout_lib
@@ -186,7 +187,7 @@ class ActivationFirstDense(keras.layers.Dense):
     docstring). No activation after, no LoRA, no quantization (the feed-forward's output
     Dense has none of them)."""
 
-    def __init__(self, units, input_activation="gelu", **kwargs):
+    def __init__(self, units, input_activation=activations.gelu, **kwargs):
         super().__init__(units, **kwargs)
         if self.activation not in (None, keras.activations.linear):
             raise ValueError("ActivationFirstDense applies `input_activation` to its inputs "

@@ -2,7 +2,6 @@
 dropout masks), in fewer passes over `[B, heads, S, S]` in the compiled step; its
 dropout is `config.model.attention_dropout`, its own rate."""
 
-import re
 import typing
 
 import keras
@@ -16,6 +15,7 @@ from electra_tf.model import context
 from electra_tf.model import dropout as dropout_lib
 from electra_tf.model import encoder as encoder_lib
 from electra_tf.model import remat
+from tests import helpers
 
 class Shape(typing.NamedTuple):
     """An encoder block's dimensions; `[batch, heads, seq, seq]` must be no other
@@ -163,44 +163,10 @@ def test_checkpoints_restore_whatever_the_attention_dropout(tmp_path):
     assert encoder_lib.Encoder.from_config(config).attention_dropout == 0.1
 
 
-def _top_level_fusions_over(hlo: str, dims) -> list[str]:
-    """The fusions of the compiled program (not those inside other fusions) that read or
-    write a tensor whose dimensions are `dims` in any order (any layout XLA chose)."""
-    want = sorted(dims)
-    computations, name = {}, None
-    for line in hlo.splitlines():
-        header = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
-        if header and not line.startswith(" "):
-            name = header.group(1)
-            computations[name] = []
-        elif name and line.startswith("  "):
-            computations[name].append(line.strip())
-    fused = set(re.findall(r"calls=%([\w.\-]+)", hlo))
-    found = []
-    for computation, lines in computations.items():
-        if computation in fused:
-            continue
-        shapes = {}
-        for line in lines:
-            parsed = re.match(r"(?:ROOT )?%([\w.\-]+) = (\(?[^=]*?)\s+([\w\-]+)\((.*)", line)
-            if not parsed:
-                continue
-            instruction, shape, op, rest = parsed.groups()
-            shapes[instruction] = shape
-            if op != "fusion":
-                continue
-            operands = re.findall(r"%([\w.\-]+)", rest.split(")")[0])
-            touched = " ".join([shape] + [shapes.get(o, "") for o in operands])
-            if any(sorted(int(d) for d in found_dims.split(",") if d) == want
-                   for found_dims in re.findall(r"\[([\d,]*)\]", touched)):
-                found.append(instruction)
-    return found
-
-
 def _passes(encoder, inputs, mode, shape=TINY):
     hlo = _step(encoder, mode).experimental_get_compiler_ir(inputs, SEED)(
         stage="optimized_hlo")
-    return len(_top_level_fusions_over(hlo, (shape.batch, shape.heads, shape.seq, shape.seq)))
+    return len(helpers.fusions_over(hlo, (shape.batch, shape.heads, shape.seq, shape.seq)))
 
 
 @pytest.mark.parametrize("shape, dtype, mode, keras_count, count", [

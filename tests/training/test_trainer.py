@@ -248,14 +248,15 @@ def test_selective_recomputation_computes_the_same_step_and_really_recomputes(pl
     assert projections and all(p._projected is None for p in projections)  # none pending
     assert set(handed) == {id(p) for p in projections}  # each projected in its core
     # What survives XLA's optimisation: the backward pass computes each block's gelu
-    # (whose erfc XLA expands with an exponential) and softmax again (two more
-    # exponentials per block: 13 → 21 for the tiny model) and each block's attention
-    # scores and ·V again (two more dots per block of both encoders, 110 → 118: the ·V
-    # feeds the output projection's kernel gradient; the recomputed projection itself
-    # is unused, and dropped).
+    # again (one more erf per block: 6 → 10 for the tiny model), its softmax (two more
+    # exponentials per block, 26 → 34) and its attention scores and ·V (two more dots
+    # per block of both encoders, 110 → 118: the ·V feeds the output projection's
+    # kernel gradient; the recomputed projection itself is unused, and dropped).
     shape = run[0].model.shape
     blocks = shape.discriminator.num_layers + shape.generator.num_layers
     plain_hlo, hlo = _optimized_hlo(plain[0]), _optimized_hlo(run[0])
+    assert _count("erf", hlo) == _count("erf", plain_hlo) + blocks, (
+        _count("erf", plain_hlo), _count("erf", hlo))
     assert _count("exponential", hlo) >= _count("exponential", plain_hlo) + 2 * blocks, (
         _count("exponential", plain_hlo), _count("exponential", hlo))
     assert _count("dot", hlo) == _count("dot", plain_hlo) + 2 * blocks, (
