@@ -30,6 +30,7 @@ import keras
 import tensorflow as tf
 
 from electra_tf import compat
+from electra_tf.model import activations
 from electra_tf.model import encoder as encoder_lib
 from electra_tf.training import optimizer as optimizer_lib
 
@@ -81,10 +82,6 @@ def learning_rate_multipliers(model, decay: float) -> dict[str, float]:
     return {path: decay ** (top - depth) for path, depth in layer_depths(model).items()}
 
 
-def _gelu(x):
-    return keras.activations.gelu(x, approximate=True)  # the original's (tanh) GELU
-
-
 class QuestionAnswerer(keras.Model):
     """The original ELECTRA's SQuAD head on the discriminator encoder.
 
@@ -111,9 +108,9 @@ class QuestionAnswerer(keras.Model):
                 units, activation=activation, name=name,
                 kernel_initializer=keras.initializers.GlorotUniform(seed=seed))
         self.start_head = dense(1, "qa_start")
-        self.end_hidden = dense(512, "qa_end_hidden", _gelu)
+        self.end_hidden = dense(512, "qa_end_hidden", activations.gelu)
         self.end_head = dense(1, "qa_end")
-        self.answerable_hidden = dense(512, "qa_answerable_hidden", _gelu)
+        self.answerable_hidden = dense(512, "qa_answerable_hidden", activations.gelu)
         self.answerable_head = dense(1, "qa_answerable")
 
     def _end_logits(self, start_vectors, sequence, penalty):

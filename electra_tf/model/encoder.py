@@ -3,8 +3,8 @@
 As in the original (and BERT): token + position + segment embeddings of width E, summed,
 LayerNorm (epsilon 1e-12), dropout; a dense projection to the hidden width H when E != H;
 then post-LayerNorm `keras_hub.layers.TransformerEncoder` blocks with exact (erf) gelu
-(`activations.gelu`: the original's formula, one fusion where Keras' gelu makes three)
-and truncated-normal(0.02) initialisation. No pooler: ELECTRA has none. Every dropout is
+(`activations.gelu`: the original's formula, one fusion a block fewer than Keras'
+gelu) and truncated-normal(0.02) initialisation. No pooler: ELECTRA has none. Every dropout is
 a `dropout.HashDropout` (same semantics as Keras', a cheaper mask: see that module); the
 attention probabilities' rate is its own (`attention_dropout`). Each block's attention
 core is `attention.core` (fewer passes over `[B, heads, S, S]`, the same function as

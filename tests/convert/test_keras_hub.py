@@ -1,11 +1,11 @@
 """keras-hub presets (`convert.keras_hub`): the same discriminator, but for keras-hub's
 tanh approximation of gelu."""
 
-import keras
 import keras_hub
 import numpy as np
 
 from electra_tf.convert import keras_hub as keras_hub_format
+from electra_tf.model import activations
 
 
 def test_keras_hub_preset_matches_ours_but_for_tanh_gelu(weights, model, tmp_path):
@@ -28,8 +28,8 @@ def test_keras_hub_preset_matches_ours_but_for_tanh_gelu(weights, model, tmp_pat
     np.testing.assert_allclose(outputs["sequence_output"].numpy()[real], ours[real],
                                atol=2e-3, rtol=0)
     np.testing.assert_array_equal(outputs["pooled_output"], 0.0)  # ELECTRA has no pooler
-    for block in backbone.transformer_layers:  # with exact gelu, the same model
-        block._feedforward_intermediate_dense.activation = keras.activations.gelu
+    for block in backbone.transformer_layers:  # with our exact gelu, the same model
+        block._feedforward_intermediate_dense.activation = activations.gelu
     # To float32 rounding: our attention core divides by the softmax's sum after ·V, not
     # before (model/attention.py), which moves outputs of unit scale by up to 1.3e-6
     # (measured); a misplaced tensor moves them by far more than 1e-5.
