@@ -1,14 +1,16 @@
 """Small data that tests make for themselves: a vocab, a corpus, TFRecord shards, a tiny
 pre-trained run; a runner of SavedModel signatures in TF Serving's session loader; a
-counter of the fusions over a shape in compiled HLO."""
+counter of the fusions over a shape in compiled HLO; the exact gelu in float64."""
 
 import json
+import math
 import os
 import pickle
 import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from electra_tf.data import writer
@@ -341,3 +343,10 @@ def fusions_over(hlo: str, dims) -> list[str]:
                    for found_dims in re.findall(r"\[([\d,]*)\]", touched)):
                 found.append(instruction)
     return found
+
+
+def exact_gelu(x) -> np.ndarray:
+    """The exact gelu, ½ · x · (1 + erf(x / √2)), of `x` in float64 (`math.erf`): the
+    reference the model's and heads' gelus are checked against."""
+    x = np.asarray(x, np.float64)
+    return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))

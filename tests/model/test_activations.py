@@ -13,11 +13,6 @@ from electra_tf.model import activations
 from tests import helpers
 
 
-def _truth(x):
-    return np.array([0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0))) for v in
-                     np.asarray(x, np.float64)])
-
-
 def test_float32_values_and_gradients_are_keras_exact_gelus():
     x = tf.constant(np.linspace(-12.0, 12.0, 48001), tf.float32)
     with tf.GradientTape(persistent=True) as tape:
@@ -30,7 +25,7 @@ def test_float32_values_and_gradients_are_keras_exact_gelus():
                                tape.gradient(keras_gelu, x).numpy(), rtol=0, atol=1e-6)
     sample = np.linspace(-6.0, 6.0, 97)
     np.testing.assert_allclose(activations.gelu(sample.astype("float32")).numpy(),
-                               _truth(sample), rtol=0, atol=1.5e-6)
+                               helpers.exact_gelu(sample), rtol=0, atol=1.5e-6)
 
 
 @pytest.mark.parametrize("dtype, ulp", [(tf.bfloat16, 2.0 ** -8), (tf.float16, 2.0 ** -11)])
@@ -42,7 +37,7 @@ def test_half_precision_is_rounded_once(dtype, ulp):
     x = tf.cast(x, dtype).numpy().astype(np.float64)  # exactly representable inputs
     ours = activations.gelu(tf.constant(x, dtype))
     assert ours.dtype == dtype
-    truth = _truth(x)
+    truth = helpers.exact_gelu(x)
     np.testing.assert_allclose(ours.numpy().astype(np.float64), truth,
                                rtol=ulp, atol=1e-6)
     # The test can tell: the same formula in `dtype` throughout.

@@ -9,6 +9,7 @@ import pytest
 
 from electra_tf.model import encoder
 from electra_tf.model import heads
+from tests import helpers
 
 
 def make_encoder(embedding_size=8, hidden_size=16, num_layers=2, vocab=20, seed=0):
@@ -27,10 +28,6 @@ def inputs(ids, mask, segments=None):
             "padding_mask": np.asarray(mask, "int32")}
 
 
-def exact_gelu(x):
-    return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
-
-
 def tanh_gelu(x):
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
@@ -40,19 +37,21 @@ def test_blocks_use_exact_erf_gelu():
     enc(inputs([[2, 5, 3, 0]], [[1, 1, 1, 0]]))  # keras-hub makes the sublayers in build
     x = np.linspace(-4.0, 4.0, 161).astype("float32")
     # The test can tell the two apart.
-    assert np.max(np.abs(exact_gelu(x) - tanh_gelu(x))) > 1e-4
+    assert np.max(np.abs(helpers.exact_gelu(x) - tanh_gelu(x))) > 1e-4
     assert len(enc.blocks) == 2
     for block in enc.blocks:
         assert isinstance(block, keras_hub.layers.TransformerEncoder)
         # remat.prepare applies the gelu at the output Dense's input (the same function).
         assert block._feedforward_intermediate_dense.activation is keras.activations.linear  # pylint: disable=protected-access
         activation = block._feedforward_output_dense.input_activation  # pylint: disable=protected-access
-        np.testing.assert_allclose(np.asarray(activation(x)), exact_gelu(x), atol=1e-6)
+        np.testing.assert_allclose(np.asarray(activation(x)), helpers.exact_gelu(x),
+                                   atol=1e-6)
     # The heads too.
     rtd = heads.ReplacedTokenHead(hidden_size=16)
-    np.testing.assert_allclose(np.asarray(rtd.dense.activation(x)), exact_gelu(x), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(rtd.dense.activation(x)), helpers.exact_gelu(x),
+                               atol=1e-6)
     mlm = heads.masked_lm_head(enc.embeddings)
-    np.testing.assert_allclose(np.asarray(mlm.intermediate_activation(x)), exact_gelu(x),
+    np.testing.assert_allclose(np.asarray(mlm.intermediate_activation(x)), helpers.exact_gelu(x),
                                atol=1e-6)
 
 
