@@ -1,6 +1,7 @@
 """Small data that tests make for themselves: a vocab, a corpus, TFRecord shards, a tiny
-pre-trained run; a runner of SavedModel signatures in TF Serving's session loader; a
-counter of the fusions over a shape in compiled HLO; the exact gelu in float64."""
+pre-trained run; a runner of SavedModel signatures in TF Serving's session loader; a check
+that an export holds a checkpoint's weights; a counter of the fusions over a shape in
+compiled HLO; the exact gelu in float64."""
 
 import json
 import math
@@ -190,6 +191,43 @@ def write_pretrained_run(directory, max_seq_length=16, dropout=None, objective=N
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config.to_dict(), f)
     return vocab, model
+
+
+def summaries(logdir, tag, value_of=float) -> list:
+    """[(step, value_of(array))] of `tag` in the event files of `logdir` (a path or a URL),
+    sorted."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    out = []
+    for path in sorted(tf.io.gfile.glob(f"{logdir}/events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag == tag:
+                    out.append((event.step, value_of(tf.make_ndarray(value.tensor))))
+    return sorted(out)
+
+
+def assert_export_holds(export_dir, checkpoint, texts=("the cat sat",)) -> np.ndarray:
+    """The pre-training export at `export_dir` holds `checkpoint`'s trained weights (each
+    of its float variables equals a tensor of the checkpoint; `checkpoint`: a prefix, or
+    a folder for its latest) and scores `texts`: one probability a position, in [0, 1].
+    Returns them ([len(texts), max_seq_length])."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    loaded = tf.saved_model.load(export_dir)
+    reader = tf.train.load_checkpoint(checkpoint)
+    by_shape = {}
+    for key, shape in reader.get_variable_to_shape_map().items():
+        if key.endswith("VARIABLE_VALUE"):
+            by_shape.setdefault(tuple(shape), []).append(key)
+    weights = [v for v in loaded.variables if v.dtype.is_floating]
+    assert len(weights) > 10, [v.name for v in loaded.variables]
+    for variable in weights:
+        value = variable.numpy()
+        assert any(np.array_equal(value, reader.get_tensor(key))
+                   for key in by_shape.get(tuple(variable.shape), ())), variable.name
+    scores = loaded.signatures["serving_default"](text=tf.constant(list(texts)))[
+        "replaced_probability"].numpy()
+    assert scores.shape[0] == len(texts) and np.all((scores >= 0) & (scores <= 1)), scores
+    return scores
 
 
 _SESSION_SCRIPT = """

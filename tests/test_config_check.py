@@ -90,13 +90,10 @@ def test_every_numeric_key(name, key, kind):
         assert "must be" in message
     else:
         config_check.check(values)
-        if name.startswith("electra"):  # what a run reads next, before writing
+        if name.startswith("electra"):  # what a run reads next, before writing, accepts it
             resolved = ml_collections.ConfigDict(values)
-            try:
-                model_config.resolve(resolved)
-                algorithms.get(resolved)
-            except errors.UserError as e:  # a combination, named in one line
-                assert "\n" not in str(e) and "config." in str(e)
+            model_config.resolve(resolved)
+            algorithms.get(resolved)
 
 
 def test_every_numeric_key_has_a_range():

@@ -73,4 +73,5 @@ def test_whole_word_masking_trains_resumes_exactly_and_exports(data, tmp_path):
     export_dir = str(tmp_path / "models" / "1")
     _run([sys.executable, "tools/export_savedmodel.py", f"--workdir={whole}",
           f"--output={export_dir}"])
-    assert os.path.exists(os.path.join(export_dir, "saved_model.pb"))
+    assert helpers.assert_export_holds(export_dir, workdir_lib.latest_checkpoint(
+        whole)).shape == (1, 32)

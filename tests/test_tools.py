@@ -74,10 +74,10 @@ def test_bad_input_is_one_line_and_exit_code_2(workdir, args, message):
     assert not os.path.exists(workdir / "bad_out" / "manifest.json")
 
 
-def test_data_made_for_another_length_is_refused(workdir):
-    if not (workdir / "data" / "manifest.json").exists():
-        pytest.skip("needs test_vocab_then_data_then_batches")
-    result = run("inspect_data.py", f"--data={workdir}/data", f"--vocab_file={workdir}/vocab.txt",
+def test_data_made_for_another_length_is_refused(tmp_path):
+    vocab = helpers.write_vocab(str(tmp_path))
+    data = helpers.make_data(str(tmp_path), vocab, max_seq_length=64, num_shards=1)
+    result = run("inspect_data.py", f"--data={data}", f"--vocab_file={vocab.path}",
                  "--max_seq_length=128")
     assert result.returncode == 2
     assert "max_seq_length is 64 but the run uses max_seq_length=128" in result.stderr

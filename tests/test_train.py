@@ -20,22 +20,12 @@ def _train(data, workdir, *overrides, steps=300):
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
-def _summaries(logdir, tag, value_of):
-    out = []
-    for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                if value.tag == tag:
-                    out.append((event.step, value_of(tf.make_ndarray(value.tensor))))
-    return sorted(out)
-
-
 def _scalars(logdir, tag):
-    return _summaries(logdir, tag, float)
+    return helpers.summaries(logdir, tag)
 
 
 def _texts(logdir, tag):
-    return _summaries(logdir, tag, lambda array: array.item().decode())
+    return helpers.summaries(logdir, tag, lambda array: array.item().decode())
 
 
 def _hparams_dashboard(logdir):

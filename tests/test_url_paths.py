@@ -8,6 +8,7 @@ import csv
 import io
 import os
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -80,16 +81,17 @@ def pretrained(root):
     return run
 
 
-def test_pretraining_resumes_and_exports(pretrained, root, caplog):
+def test_pretraining_resumes_and_exports(pretrained, root):
     checkpoints = workdir_lib.checkpoints(pretrained)
     assert tf.train.latest_checkpoint(checkpoints) == f"{checkpoints}/ckpt-4"
     assert sorted(n.rstrip("/") for n in tf.io.gfile.listdir(pretrained)) == [
         "checkpoints", "config.json", "logs", "vocab.txt"]
+    # The second run went on from step 2: each step trained and was logged once.
+    logged = helpers.summaries(workdir_lib.logs(pretrained, workdir_lib.TRAIN_LOGS), "loss")
+    assert [step for step, _ in logged] == [1, 2, 3, 4]
     exported = export.export_run(pretrained, f"{root}/models/1")
     assert [n.rstrip("/") for n in tf.io.gfile.listdir(f"{root}/models")] == ["1"]
-    scores = tf.saved_model.load(exported).signatures["serving_default"](
-        text=tf.constant(["the cat sat"]))["replaced_probability"]
-    assert scores.shape == (1, SEQ)
+    assert helpers.assert_export_holds(exported, checkpoints).shape == (1, SEQ)
 
 
 def test_fine_tuning_reads_writes_and_exports_there(pretrained, root):
@@ -107,5 +109,8 @@ def test_fine_tuning_reads_writes_and_exports_there(pretrained, root):
     finetune_loop.finetune(config, workdir)
     results = workdir_lib.read_json(workdir, workdir_lib.RESULTS)
     step = results["best"]["step"]
-    assert tf.io.gfile.exists(f"{workdir}/export/{step}/saved_model.pb")
+    served = tf.saved_model.load(f"{workdir}/export/{step}").signatures["serving_default"](
+        text=tf.constant(["the cat sat", "the dog"]))["probabilities"].numpy()
+    assert served.shape == (2, 2)
+    np.testing.assert_allclose(served.sum(-1), 1.0, rtol=1e-5)
     assert not [name for name in tf.io.gfile.listdir(workdir) if name.startswith(".")]

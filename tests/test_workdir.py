@@ -88,10 +88,16 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path):
 
 
 def test_a_reused_pid_is_not_the_holder(tmp_path):
-    # Our own pid, but a process that started at another time: the holder is gone.
+    """Our own pid, but a process that started at another time: the holder is gone and its
+    lock is taken over. With our own start time it is this process: refused."""
     run = str(tmp_path / "run")
+    _write_holder(run, process_start=workdir_lib._process_start(os.getpid()))  # pylint: disable=protected-access
+    with pytest.raises(errors.UserError, match=f"in use by another run \\(pid {os.getpid()} "):
+        workdir_lib.Lock(run).acquire()
     _write_holder(run, process_start="1")
-    workdir_lib.Lock(run).acquire().release()
+    with workdir_lib.Lock(run) as lock:
+        holder = json.loads((tmp_path / "run" / "lock.json").read_text())
+        assert holder["token"] == lock.token and holder["process_start"] != "1"
 
 
 def test_another_hosts_lock_holds_until_its_heartbeat_is_stale(tmp_path):

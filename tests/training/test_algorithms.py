@@ -1,6 +1,7 @@
 """The training algorithms' stages, variables, switch and errors (end to end, with
 SIGKILL: tests/test_objectives_cli.py)."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -118,7 +119,9 @@ def test_validating_an_algorithm_creates_no_variable(algorithm):
         return next_creator(**kwargs)
     with tf.variable_creator_scope(recording):
         loop.validate(config)
-    assert not created, created
+        assert not created, created
+        keras.layers.Dense(2).build((None, 3))  # the recorder sees Keras' variables
+    assert created == ["kernel", "bias"]
 
 
 def test_two_stage_switch_step_in_the_checkpoint_is_checked():

@@ -289,4 +289,4 @@ def test_frozen_converted_generator_trains_resumes_exactly_and_exports(data, con
                              f"--workdir={whole}", f"--output={export_dir}"], cwd=ROOT,
                             capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert os.path.exists(os.path.join(export_dir, "saved_model.pb"))
+    assert helpers.assert_export_holds(export_dir, final).shape == (1, 32)

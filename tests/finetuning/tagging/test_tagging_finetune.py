@@ -208,7 +208,16 @@ def test_tiny_model_learns_the_generated_set_resumes_and_its_export_answers(tmp_
     assert metrics.evaluate([[r[1] for r in s] for s in sentences],
                             [[r[2] for r in s] for s in sentences])["f1"] == pytest.approx(
                                 results["best"]["metrics"]["validation"]["f1"])
-    assert os.path.exists(os.path.join(workdir, "test_predictions.txt"))
+    # test_predictions.txt: the same columns for the test file, one row a word.
+    lines = open(os.path.join(workdir, "test_predictions.txt"), encoding="utf-8").read()
+    tested = [[row.split() for row in block.splitlines()]
+              for block in lines.strip("\n").split("\n\n")]
+    test = conll.read(os.path.join(data, "test.txt"), "iob2")
+    assert [[r[0] for r in s] for s in tested] == test.words
+    assert [[r[1] for r in s] for s in tested] == test.tags
+    test_f1 = metrics.evaluate(test.tags, [[r[2] for r in s] for s in tested])["f1"]
+    print("test f1", test_f1)
+    assert test_f1 > 75  # as dev's (87 measured)
 
     # The same command again resumes the finished run: nothing retrained.
     assert loop.finetune(_config("tagging", pretrained, data), workdir)["validation"] == best
