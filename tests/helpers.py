@@ -208,22 +208,26 @@ def summaries(logdir, tag, value_of=float) -> list:
 
 def assert_export_holds(export_dir, checkpoint, texts=("the cat sat",)) -> np.ndarray:
     """The pre-training export at `export_dir` holds `checkpoint`'s trained weights (each
-    of its float variables equals a tensor of the checkpoint; `checkpoint`: a prefix, or
-    a folder for its latest) and scores `texts`: one probability a position, in [0, 1].
-    Returns them ([len(texts), max_seq_length])."""
+    of its float variables equals a tensor of the checkpoint, no two the same one, none
+    an optimizer slot; `checkpoint`: a prefix, or a folder for its latest) and scores
+    `texts`: one probability a position, in [0, 1]. Returns them ([len(texts),
+    max_seq_length])."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     loaded = tf.saved_model.load(export_dir)
     reader = tf.train.load_checkpoint(checkpoint)
-    by_shape = {}
+    unused = {}  # shape: the checkpoint's weights no exported variable matched yet
     for key, shape in reader.get_variable_to_shape_map().items():
-        if key.endswith("VARIABLE_VALUE"):
-            by_shape.setdefault(tuple(shape), []).append(key)
+        # A weight is saved once, under the first path to it: model/... or the
+        # optimizer's list of what it trains; optimizer/_variables/ are its slots.
+        if key.endswith("VARIABLE_VALUE") and not key.startswith("optimizer/_variables/"):
+            unused.setdefault(tuple(shape), []).append(key)
     weights = [v for v in loaded.variables if v.dtype.is_floating]
     assert len(weights) > 10, [v.name for v in loaded.variables]
     for variable in weights:
-        value = variable.numpy()
-        assert any(np.array_equal(value, reader.get_tensor(key))
-                   for key in by_shape.get(tuple(variable.shape), ())), variable.name
+        value, keys = variable.numpy(), unused.get(tuple(variable.shape), [])
+        same = next((k for k in keys if np.array_equal(value, reader.get_tensor(k))), None)
+        assert same is not None, variable.name
+        keys.remove(same)
     scores = loaded.signatures["serving_default"](text=tf.constant(list(texts)))[
         "replaced_probability"].numpy()
     assert scores.shape[0] == len(texts) and np.all((scores >= 0) & (scores <= 1)), scores

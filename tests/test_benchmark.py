@@ -126,7 +126,8 @@ def test_train_benchmark_prints_one_json_line_last_and_profiles(tmp_path):
     # The tool asks oneDNN (where TF runs it) for malloc's memory, not its pool.
     assert results["onednn_system_allocator"] == os.environ.get(
         "TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
-    # Whether oneDNN ran: TF's choice for this CPU and environment, the child's as ours.
+    # Whether oneDNN ran: TF's choice for this CPU and TF_ENABLE_ONEDNN_OPTS, which the
+    # child has as this process (no tool or test sets it; TF reads it once a process).
     assert results["onednn"] == compat.onednn_enabled()
     # Memory by stage: [resident after it, peak during it], in the order the stages ran;
     # the process's peak is the highest stage peak (what runs after the last stage,

@@ -236,8 +236,8 @@ def test_compare_three_variants_at_equal_flops(tmp_path):
         assert len(row["eval"]) >= 2 and row["eval"][-1][0] == row["steps"]
         assert "loss" in row["eval"][-1][1]
         # The fine-tuned dev metrics are those of the variant's own fine-tuning run.
-        tuned = json.load(open(out / "finetune" / "swapped_words" / row["variant"] /
-                               "results.json"))
+        tuned = json.loads((out / "finetune" / "swapped_words" / row["variant"] /
+                            "results.json").read_text())
         assert row["finetuned"] == next(iter(tuned["best"]["metrics"].values()))
         assert 0.0 <= row["finetuned"]["accuracy"] <= 1.0
     # The generator's held-out MLM accuracy and the discriminator's AUC, per variant.

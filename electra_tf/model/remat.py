@@ -1,7 +1,7 @@
 """Activation recomputation (`config.train.remat`): what the backward pass computes again
 instead of keeping it from the forward pass.
 
-- `selective` (the default): the two parts of a block that hold the most memory for the
+- `selective` (what `auto` picks on a CPU): the two parts of a block that hold the most memory for the
   least compute (the largest buffers at the step's peak in XLA's buffer assignment;
   BENCHMARKS.md, "Memory"):
   - the feed-forward's `[B, S, F]` tensors (the pre-activation, the exact gelu's

@@ -34,8 +34,8 @@ def softmax(logits, temperature=1.0, disallowed=None):
 def assert_inverse_cdf(ids, uniform, probs, tol=1e-5) -> int:
     """`ids` are the float64 inverse CDF of `uniform` under `probs` ([..., vocab]), but
     where a uniform lies within `tol` of the CDF step between the id expected and the id
-    drawn, with no mass between them (float32 sums the masses in another order); the
-    drawn id always has mass. Returns how many differ."""
+    drawn, with no more than `tol` of mass between them (float32 sums the masses in
+    another order); the drawn id always has mass. Returns how many differ."""
     cdf = np.cumsum(probs, -1)
     expected = np.minimum((cdf <= uniform[..., None]).sum(-1), probs.shape[-1] - 1)
     assert np.all(np.take_along_axis(probs, ids[..., None], -1) > 0), "an id of mass 0"

@@ -121,7 +121,7 @@ def test_validating_an_algorithm_creates_no_variable(algorithm):
         loop.validate(config)
         assert not created, created
         keras.layers.Dense(2).build((None, 3))  # the recorder sees Keras' variables
-    assert created == ["kernel", "bias"]
+    assert {"kernel", "bias"} <= set(created)
 
 
 def test_two_stage_switch_step_in_the_checkpoint_is_checked():

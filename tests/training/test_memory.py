@@ -51,9 +51,11 @@ def test_release_returns_the_memory_malloc_kept_after_free():
 
     from tests import helpers
 
-    out = subprocess.run([sys.executable, "-c", _HOLES], cwd=helpers.ROOT, check=True,
-                         capture_output=True, text=True, timeout=120).stdout
-    rss = json.loads(out.strip().splitlines()[-1])
+    child = subprocess.run([sys.executable, "-c", _HOLES], cwd=helpers.ROOT,
+                           env=helpers.child_env(), capture_output=True, text=True,
+                           timeout=120)
+    assert child.returncode == 0, child.stderr[-2000:]
+    rss = json.loads(child.stdout.strip().splitlines()[-1])
     assert rss["grown"] > 200, rss  # the blocks were resident
     assert rss["kept"] > rss["grown"] // 2, rss  # free() kept the holes
     assert rss["released"] is True, rss

@@ -216,8 +216,8 @@ def test_tiny_model_learns_the_generated_set_resumes_and_its_export_answers(tmp_
     assert [[r[0] for r in s] for s in tested] == test.words
     assert [[r[1] for r in s] for s in tested] == test.tags
     test_f1 = metrics.evaluate(test.tags, [[r[2] for r in s] for s in tested])["f1"]
-    print("test f1", test_f1)
-    assert test_f1 > 75  # as dev's (87 measured)
+    print("test f1", test_f1)  # with `best` above: the figures of a closing note
+    assert test_f1 > 75  # dev's threshold; measured 87.5 on test, 88.9 on dev
 
     # The same command again resumes the finished run: nothing retrained.
     assert loop.finetune(_config("tagging", pretrained, data), workdir)["validation"] == best
