@@ -215,19 +215,19 @@ def assert_export_holds(export_dir, checkpoint, texts=("the cat sat",)) -> np.nd
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     loaded = tf.saved_model.load(export_dir)
     reader = tf.train.load_checkpoint(checkpoint)
-    unused = {}  # shape: the checkpoint's weights no exported variable matched yet
-    for key, shape in reader.get_variable_to_shape_map().items():
-        # A weight is saved once, under the first path to it: model/... or the
-        # optimizer's list of what it trains; optimizer/_variables/ are its slots.
-        if key.endswith("VARIABLE_VALUE") and not key.startswith("optimizer/_variables/"):
-            unused.setdefault(tuple(shape), []).append(key)
+    # A weight is saved once, under the first path to it: model/... or the optimizer's
+    # list of what it trains; optimizer/_variables/ are its slots. Each read once.
+    unused = {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()
+              if key.endswith("VARIABLE_VALUE")
+              and not key.startswith("optimizer/_variables/")}
     weights = [v for v in loaded.variables if v.dtype.is_floating]
     assert len(weights) > 10, [v.name for v in loaded.variables]
     for variable in weights:
-        value, keys = variable.numpy(), unused.get(tuple(variable.shape), [])
-        same = next((k for k in keys if np.array_equal(value, reader.get_tensor(k))), None)
+        value = variable.numpy()
+        same = next((k for k, saved in unused.items() if saved.shape == value.shape
+                     and np.array_equal(value, saved)), None)
         assert same is not None, variable.name
-        keys.remove(same)
+        del unused[same]
     scores = loaded.signatures["serving_default"](text=tf.constant(list(texts)))[
         "replaced_probability"].numpy()
     assert scores.shape[0] == len(texts) and np.all((scores >= 0) & (scores <= 1)), scores

@@ -4,14 +4,15 @@ As in the original (and BERT): token + position + segment embeddings of width E,
 LayerNorm (epsilon 1e-12), dropout; a dense projection to the hidden width H when E != H;
 then post-LayerNorm `keras_hub.layers.TransformerEncoder` blocks with exact (erf) gelu
 (`activations.gelu`: the original's formula, one fusion a block fewer than Keras'
-gelu) and truncated-normal(0.02) initialisation. No pooler: ELECTRA has none. Every dropout is
-a `dropout.HashDropout` (same semantics as Keras', a cheaper mask: see that module); the
-attention probabilities' rate is its own (`attention_dropout`). Each block's attention
-core is `attention.core` (fewer passes over `[B, heads, S, S]`, the same function as
-Keras'), and each block can recompute its feed-forward's activation, its attention core
-and the attention's output projection in the backward pass (`remat.prepare`; the
-training step chooses, `config.train.remat`). The attention's projections run as 2-D
-matmuls (`projection.FlatEinsumDense`: one GEMM for each kernel's gradient).
+gelu) and truncated-normal(0.02) initialisation. No pooler: ELECTRA has none. Every
+dropout is a `dropout.HashDropout` (same semantics as Keras', a cheaper mask: see that
+module); the attention probabilities' rate is its own (`attention_dropout`). Each
+block's attention core is `attention.core` (fewer passes over `[B, heads, S, S]`, the
+same function as Keras'), and each block can recompute its feed-forward's activation,
+its attention core and the attention's output projection in the backward pass
+(`remat.prepare`; the training step chooses, `config.train.remat`). The attention's
+projections run as 2-D matmuls (`projection.FlatEinsumDense`: one GEMM for each kernel's
+gradient).
 
 The generator and the discriminator are two `Encoder`s over one `Embeddings` object by
 default (see `pretrainer` for the other weight sharings).

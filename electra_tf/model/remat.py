@@ -1,9 +1,9 @@
 """Activation recomputation (`config.train.remat`): what the backward pass computes again
 instead of keeping it from the forward pass.
 
-- `selective` (what `auto` picks on a CPU): the two parts of a block that hold the most memory for the
-  least compute (the largest buffers at the step's peak in XLA's buffer assignment;
-  BENCHMARKS.md, "Memory"):
+- `selective` (what `auto` picks on a CPU): the two parts of a block that hold the most
+  memory for the least compute (the largest buffers at the step's peak in XLA's buffer
+  assignment; BENCHMARKS.md, "Memory"):
   - the feed-forward's `[B, S, F]` tensors (the pre-activation, the exact gelu's
     intermediates, the activation that the second Dense reads). `ActivationFirstDense`
     applies the gelu at the second Dense's input instead of the first's output

@@ -23,7 +23,8 @@ def frequencies(ids, vocab):
 
 
 def softmax(logits, temperature=1.0, disallowed=None):
-    """float64 probabilities as `sample` draws from them: tempered, the disallowed id at 0."""
+    """float64 probabilities as `sample` draws from them: tempered, the disallowed id
+    at 0."""
     z = np.asarray(logits, "float64") / temperature
     probs = np.exp(z - z.max(-1, keepdims=True))
     if disallowed is not None:

@@ -9,14 +9,17 @@ from electra_tf.training import memory
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
 
-
-_HOLES = """
-import ctypes, json
-from electra_tf.training import memory
-
+# The resident memory of a child process in MiB, read without importing TF: the two
+# children below measure what they allocate themselves.
+_RSS_MIB = """
 def rss_mib():
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS:"))
+"""
+
+_HOLES = _RSS_MIB + """
+import ctypes, json
+from electra_tf.training import memory
 
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
@@ -123,15 +126,11 @@ def test_prepare_process_restarts_once_with_huge_pages_in_the_same_process():
     assert runs["import"] == [runs["import"][0], "tunables None"]
 
 
-_ONEDNN_BUFFER = """
+_ONEDNN_BUFFER = _RSS_MIB + """
 import json, sys
 from electra_tf import cli
 cli.prepare_process()  # what every tool does first
 import tensorflow as tf
-
-def rss_mib():
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS:"))
 
 before = rss_mib()
 x = tf.fill([128, 1024, 1024], 1.0)  # 512 MiB through TF's CPU allocator

@@ -23,6 +23,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
 SEQ = 32   # the generated long sentences (~50 words) need several windows
 
 
+def _columns(path):
+    """A predictions file's sentences as rows of (word, gold tag, predicted tag)."""
+    with open(path, encoding="utf-8") as f:
+        blocks = f.read().strip("\n").split("\n\n")
+    return [[row.split() for row in block.splitlines()] for block in blocks]
+
+
 def _config(name, pretrained, data_dir, **overrides):
     config = finetune_configs.get_config(name)
     config.init_checkpoint = pretrained
@@ -200,18 +207,14 @@ def test_tiny_model_learns_the_generated_set_resumes_and_its_export_answers(tmp_
     saved = json.load(open(os.path.join(workdir, "config.json")))
     assert saved["model"]["entity_types"] == "LOC,ORG,PER"
     # predictions.txt: conlleval's input, whose scores are the run's.
-    lines = open(os.path.join(workdir, "predictions.txt"), encoding="utf-8").read()
-    sentences = [[row.split() for row in block.splitlines()]
-                 for block in lines.strip("\n").split("\n\n")]
+    sentences = _columns(os.path.join(workdir, "predictions.txt"))
     dev = conll.read(os.path.join(data, "dev.txt"), "iob2")
     assert [[r[0] for r in s] for s in sentences] == dev.words
     assert metrics.evaluate([[r[1] for r in s] for s in sentences],
                             [[r[2] for r in s] for s in sentences])["f1"] == pytest.approx(
                                 results["best"]["metrics"]["validation"]["f1"])
     # test_predictions.txt: the same columns for the test file, one row a word.
-    lines = open(os.path.join(workdir, "test_predictions.txt"), encoding="utf-8").read()
-    tested = [[row.split() for row in block.splitlines()]
-              for block in lines.strip("\n").split("\n\n")]
+    tested = _columns(os.path.join(workdir, "test_predictions.txt"))
     test = conll.read(os.path.join(data, "test.txt"), "iob2")
     assert [[r[0] for r in s] for s in tested] == test.words
     assert [[r[1] for r in s] for s in tested] == test.tags
