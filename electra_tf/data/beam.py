@@ -33,6 +33,8 @@ import os
 import sys
 import tempfile
 import threading
+import time
+import traceback
 import uuid
 from typing import Callable
 
@@ -370,7 +372,9 @@ def _run(pipeline, job, report) -> None:
     failure's traceback, is quiet (the error is ours to tell, as one line), and what the
     DirectRunner's worker processes write to the stderr they inherit (their start-up
     lines, a failure's traceback) is held aside (`_workers_stderr_held`), shown only when
-    the job fails for another reason than a bad corpus file.
+    the job fails for another reason than a bad corpus file. So is what a thread of
+    Beam's raises (`_thread_errors_held`): the thread that owns a worker process raises
+    when the process exits non-zero, as one may while a failed job shuts down.
     """
     failure = []
 
@@ -385,7 +389,7 @@ def _run(pipeline, job, report) -> None:
     beam_logger.setLevel(std_logging.CRITICAL)
     try:
         with tempfile.TemporaryFile() as held:
-            with _workers_stderr_held(held):
+            with _workers_stderr_held(held), _thread_errors_held() as thread_errors:
                 thread = threading.Thread(target=run, name="beam-pipeline", daemon=True)
                 thread.start()
                 while thread.is_alive():
@@ -393,12 +397,45 @@ def _run(pipeline, job, report) -> None:
                     if report and thread.is_alive():
                         report()
             if not failure:
+                sys.stderr.write("".join(thread_errors))  # as Python would have
                 return
             held.seek(0)
-            workers = held.read().decode("utf-8", "replace")[-20_000:]
+            workers = (held.read().decode("utf-8", "replace")
+                       + "".join(thread_errors))[-20_000:]
     finally:
         beam_logger.setLevel(level)
     _raise_failure(failure[0], job, workers)
+
+
+_WORKER_THREAD = "run_worker"  # Beam's name for the thread that owns a worker process
+_WORKER_WAIT_SECONDS = 30.0
+
+
+@contextlib.contextmanager
+def _thread_errors_held():
+    """Yields a list that gets the traceback of each exception a thread raises meanwhile,
+    in place of Python's printing it (`threading.excepthook`). On the way out, waits (up
+    to `_WORKER_WAIT_SECONDS` in all) for the threads that own Beam's worker processes,
+    so that one which raises as its process ends is held too."""
+    caught = []
+    previous = threading.excepthook
+
+    def hold(args):
+        if args.exc_type is SystemExit:
+            return
+        name = args.thread.name if args.thread is not None else "?"
+        caught.append(f"Exception in thread {name}:\n" + "".join(
+            traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)))
+
+    threading.excepthook = hold
+    try:
+        yield caught
+    finally:
+        deadline = time.monotonic() + _WORKER_WAIT_SECONDS
+        for thread in threading.enumerate():
+            if thread.name == _WORKER_THREAD and thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+        threading.excepthook = previous
 
 
 @contextlib.contextmanager

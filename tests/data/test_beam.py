@@ -248,13 +248,42 @@ job = types.SimpleNamespace(run=lambda: types.SimpleNamespace(
     wait_until_finish=lambda: levels.append(beam_logger.level)))
 beam._run(job, None, None)
 print("LEVELS", levels, beam_logger.level)
+
+# A job that fails while the thread owning a worker process is still alive; the thread
+# raises as its process ends with an abort, after the job has returned (Beam's
+# `SubprocessSdkWorker.run`).
+import threading, time
+def worker():
+    time.sleep(0.5)
+    raise RuntimeError("Worker subprocess exited with return code 134")
+def failing():
+    threading.Thread(target=worker, name="run_worker").start()
+    raise RuntimeError("the job failed")
+staging = tempfile.mkdtemp()
+os.mkdir(os.path.join(staging, "errors"))
+job = types.SimpleNamespace(path=lambda *names: os.path.join(staging, *names))
+for case in ("corpus", "other"):
+    if case == "corpus":
+        with open(os.path.join(staging, "errors", "0"), "w") as f:
+            f.write("bad.txt.gz: cannot read line 1")
+    else:
+        os.remove(os.path.join(staging, "errors", "0"))
+    print("CASE", case, file=sys.stderr, flush=True)
+    try:
+        beam._run(types.SimpleNamespace(run=failing), job, None)
+    except Exception as e:
+        print("RAISED", case, type(e).__name__, str(e))
+    sys.stderr.flush()
+    time.sleep(1.0)  # a thread's traceback printed late would land here, in its case
+print("HOOK", threading.excepthook is threading.__excepthook__)
 """
 
 
 def test_only_the_runs_workers_are_quiet():
     """Beam's logger is quiet and the worker processes' stderr held aside while the
     pipeline runs, and only then: the driver's own warnings reach stderr meanwhile, and
-    the process's logging and file descriptors are as they were after."""
+    the process's logging, file descriptors and thread excepthook are as they were after.
+    A Beam thread's exception is held with the workers' stderr."""
     result = subprocess.run([sys.executable, "-c", _HELD_SCRIPT], cwd=helpers.ROOT,
                             capture_output=True, text=True, timeout=300,
                             env=helpers.child_env())
@@ -265,3 +294,13 @@ def test_only_the_runs_workers_are_quiet():
         assert line in result.stderr, line
     # CRITICAL (50) while it ran, INFO (20) again after.
     assert "LEVELS [50] 20" in result.stdout, result.stdout
+    # A worker's thread that raises as the failed job ends: held with the workers'
+    # stderr, so a bad corpus file is still one line; another failure shows it.
+    assert "RAISED corpus CorpusError bad.txt.gz: cannot read line 1" in result.stdout
+    assert "RAISED other RuntimeError the job failed" in result.stdout
+    corpus_case, other_case = result.stderr.split("CASE corpus")[1].split("CASE other")
+    assert "return code 134" not in corpus_case and "Traceback" not in corpus_case, \
+        corpus_case
+    assert "Exception in thread run_worker" in other_case, other_case
+    assert "RuntimeError: Worker subprocess exited with return code 134" in other_case
+    assert "HOOK True" in result.stdout
