@@ -1,12 +1,13 @@
 """Every reach into a library's internals, in one place.
 
 Private hooks and attributes of Keras, keras-hub, TensorFlow and ml_collections, raw TF ops
-that the public API does not wrap, settings TF reads from the environment, and glibc's
-allocator calls: each is one small function, class or constant here, with the reason we
-need it. tests/test_compat.py checks that each still exists with the signature used here
-and that our code still goes through it, so that a library upgrade which renames one fails
-that test by name instead of changing the arithmetic in silence (Keras summing gradients a
-second time, a feed-forward that no longer recomputes).
+that the public API does not wrap, settings TF reads from the environment, glibc's
+allocator calls, the name of Apache Beam's worker thread: each is one small function,
+class or constant here, with the reason we need it. tests/test_compat.py checks that each
+still exists with the signature used here and that our code still goes through it, so
+that a library upgrade which renames one fails that test by name instead of changing the
+arithmetic in silence (Keras summing gradients a second time, a feed-forward that no
+longer recomputes).
 
 Nothing here imports a library at the module's top: `cli.prepare_process()` reaches it
 before TensorFlow may be imported. Nothing here imports electra_tf either.
@@ -355,3 +356,10 @@ def onednn_enabled() -> bool | None:
     except ImportError:
         return None
     return bool(_pywrap_util_port.IsMklEnabled())
+
+
+# -------------------------------------------------------------------- Apache Beam's runner
+# The name of the driver's thread that owns one of the portable runner's worker processes
+# (`SubprocessSdkWorkerHandler.start_worker`): the thread raises when its process exits
+# non-zero, which `data/beam.py` holds with the workers' stderr.
+BEAM_WORKER_THREAD = "run_worker"

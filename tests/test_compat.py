@@ -15,6 +15,8 @@ import os
 import struct
 import subprocess
 import sys
+import threading
+import types
 
 import keras
 import keras_hub
@@ -24,6 +26,7 @@ import tensorflow as tf
 
 from electra_tf import cli
 from electra_tf import compat
+from electra_tf.data import beam
 from electra_tf.data import order
 from electra_tf.model import context
 from electra_tf.model import dropout as dropout_lib
@@ -581,3 +584,34 @@ def test_conversion_goes_through_the_parts(monkeypatch):
     blocks = tiny.num_layers * 2  # the discriminator's and the generator's
     assert calls == {"encoder_block_parts": blocks, "masked_lm_head_parts": 1}
     assert any(s.name.startswith("generator_predictions/") for s in slots)
+
+
+# ------------------------------------------------------------------- Apache Beam's runner
+def test_beams_worker_thread_raises_as_its_process_fails_and_is_held():
+    """Beam's own handler of a worker process (its command here exits 134, as an aborting
+    worker does) starts a thread named `compat.BEAM_WORKER_THREAD`, which raises when the
+    process ends; `data/beam.py` holds that exception instead of printing it, and passes
+    any other thread's on."""
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers  # pylint: disable=g-import-not-at-top
+    from google.protobuf import struct_pb2  # pylint: disable=g-import-not-at-top
+
+    handler = object.__new__(worker_handlers.SubprocessSdkWorkerHandler)  # no gRPC server
+    handler._worker_command_line = b"exit 134"
+    handler.control_address, handler.worker_id = "localhost:1", None
+    handler.provision_info = types.SimpleNamespace(
+        provision_info=types.SimpleNamespace(pipeline_options=struct_pb2.Struct()))
+    passed_on = []
+    previous, threading.excepthook = threading.excepthook, passed_on.append
+    try:
+        with beam._worker_thread_errors_held() as held:
+            handler.start_worker()
+            assert handler.worker_thread.name == compat.BEAM_WORKER_THREAD
+            other = threading.Thread(target=lambda: 1 / 0, name="other")
+            other.start()
+            other.join()
+        assert handler.worker_thread.is_alive() is False  # waited for
+    finally:
+        threading.excepthook = previous
+    assert [(args.thread.name, str(args.exc_value)) for args in held] == [
+        (compat.BEAM_WORKER_THREAD, "Worker subprocess exited with return code 134")]
+    assert [args.exc_type for args in passed_on] == [ZeroDivisionError]

@@ -40,6 +40,7 @@ from typing import Callable
 
 import tensorflow as tf
 
+from electra_tf import compat
 from electra_tf import errors
 from electra_tf import progress as progress_lib
 from electra_tf import workdir as workdir_lib
@@ -372,9 +373,9 @@ def _run(pipeline, job, report) -> None:
     failure's traceback, is quiet (the error is ours to tell, as one line), and what the
     DirectRunner's worker processes write to the stderr they inherit (their start-up
     lines, a failure's traceback) is held aside (`_workers_stderr_held`), shown only when
-    the job fails for another reason than a bad corpus file. So is what a thread of
-    Beam's raises (`_thread_errors_held`): the thread that owns a worker process raises
-    when the process exits non-zero, as one may while a failed job shuts down.
+    the job fails for another reason than a bad corpus file. So is the exception of
+    Beam's thread that owns a worker process (`_worker_thread_errors_held`), raised when
+    the process exits non-zero, as one may while a failed job shuts down.
     """
     failure = []
 
@@ -389,7 +390,7 @@ def _run(pipeline, job, report) -> None:
     beam_logger.setLevel(std_logging.CRITICAL)
     try:
         with tempfile.TemporaryFile() as held:
-            with _workers_stderr_held(held), _thread_errors_held() as thread_errors:
+            with _workers_stderr_held(held), _worker_thread_errors_held() as thread_errors:
                 thread = threading.Thread(target=run, name="beam-pipeline", daemon=True)
                 thread.start()
                 while thread.is_alive():
@@ -397,45 +398,57 @@ def _run(pipeline, job, report) -> None:
                     if report and thread.is_alive():
                         report()
             if not failure:
-                sys.stderr.write("".join(thread_errors))  # as Python would have
+                for args in thread_errors:
+                    threading.excepthook(args)  # printed, as without the hold
                 return
             held.seek(0)
             workers = (held.read().decode("utf-8", "replace")
-                       + "".join(thread_errors))[-20_000:]
+                       + "".join(map(_thread_error_text, thread_errors)))[-20_000:]
     finally:
         beam_logger.setLevel(level)
     _raise_failure(failure[0], job, workers)
 
 
-_WORKER_THREAD = "run_worker"  # Beam's name for the thread that owns a worker process
 _WORKER_WAIT_SECONDS = 30.0
 
 
 @contextlib.contextmanager
-def _thread_errors_held():
-    """Yields a list that gets the traceback of each exception a thread raises meanwhile,
-    in place of Python's printing it (`threading.excepthook`). On the way out, waits (up
-    to `_WORKER_WAIT_SECONDS` in all) for the threads that own Beam's worker processes,
-    so that one which raises as its process ends is held too."""
-    caught = []
+def _worker_thread_errors_held():
+    """Yields a list that gets the exception (`threading.ExceptHookArgs`) of each thread
+    owning one of Beam's worker processes (`compat.BEAM_WORKER_THREAD`) that raises
+    meanwhile, in place of `threading.excepthook`'s printing it; other threads' go to the
+    hook as before. On the way out, waits (up to `_WORKER_WAIT_SECONDS` in all) for those
+    threads, so that one raising as its process ends is held too; if the block raised,
+    what was held goes to the hook."""
+    held = []
     previous = threading.excepthook
 
     def hold(args):
-        if args.exc_type is SystemExit:
-            return
-        name = args.thread.name if args.thread is not None else "?"
-        caught.append(f"Exception in thread {name}:\n" + "".join(
-            traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)))
+        if args.thread is not None and args.thread.name == compat.BEAM_WORKER_THREAD:
+            held.append(args)
+        else:
+            previous(args)
 
     threading.excepthook = hold
+    done = False
     try:
-        yield caught
-    finally:
+        yield held
         deadline = time.monotonic() + _WORKER_WAIT_SECONDS
         for thread in threading.enumerate():
-            if thread.name == _WORKER_THREAD and thread is not threading.current_thread():
+            if thread.name == compat.BEAM_WORKER_THREAD:
                 thread.join(max(0.0, deadline - time.monotonic()))
+        done = True
+    finally:
         threading.excepthook = previous
+        if not done:
+            for args in held:
+                previous(args)
+
+
+def _thread_error_text(args) -> str:
+    """An exception of a thread, as `threading.excepthook` prints it."""
+    return f"Exception in thread {args.thread.name}:\n" + "".join(
+        traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
 
 
 @contextlib.contextmanager

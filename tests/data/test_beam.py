@@ -249,28 +249,33 @@ job = types.SimpleNamespace(run=lambda: types.SimpleNamespace(
 beam._run(job, None, None)
 print("LEVELS", levels, beam_logger.level)
 
-# A job that fails while the thread owning a worker process is still alive; the thread
-# raises as its process ends with an abort, after the job has returned (Beam's
-# `SubprocessSdkWorker.run`).
+# A job that ends while the thread owning a worker process is still alive: the thread
+# raises as its process ends with an abort, after the job has returned (the later of the
+# two moments Beam's thread may raise; test_compat runs Beam's own).
 import threading, time
 def worker():
     time.sleep(0.5)
     raise RuntimeError("Worker subprocess exited with return code 134")
-def failing():
-    threading.Thread(target=worker, name="run_worker").start()
-    raise RuntimeError("the job failed")
+def pipeline(fails):
+    def run():
+        threading.Thread(target=worker, name=beam.compat.BEAM_WORKER_THREAD).start()
+        if fails:
+            raise RuntimeError("the job failed")
+        return types.SimpleNamespace(wait_until_finish=lambda: None)
+    return types.SimpleNamespace(run=run)
 staging = tempfile.mkdtemp()
 os.mkdir(os.path.join(staging, "errors"))
 job = types.SimpleNamespace(path=lambda *names: os.path.join(staging, *names))
-for case in ("corpus", "other"):
+for case in ("corpus", "other", "success"):
     if case == "corpus":
         with open(os.path.join(staging, "errors", "0"), "w") as f:
             f.write("bad.txt.gz: cannot read line 1")
-    else:
+    elif case == "other":
         os.remove(os.path.join(staging, "errors", "0"))
     print("CASE", case, file=sys.stderr, flush=True)
     try:
-        beam._run(types.SimpleNamespace(run=failing), job, None)
+        beam._run(pipeline(fails=case != "success"), job, None)
+        print("RAISED", case, None)
     except Exception as e:
         print("RAISED", case, type(e).__name__, str(e))
     sys.stderr.flush()
@@ -283,7 +288,8 @@ def test_only_the_runs_workers_are_quiet():
     """Beam's logger is quiet and the worker processes' stderr held aside while the
     pipeline runs, and only then: the driver's own warnings reach stderr meanwhile, and
     the process's logging, file descriptors and thread excepthook are as they were after.
-    A Beam thread's exception is held with the workers' stderr."""
+    The exception of Beam's thread owning a worker process is held with the workers'
+    stderr."""
     result = subprocess.run([sys.executable, "-c", _HELD_SCRIPT], cwd=helpers.ROOT,
                             capture_output=True, text=True, timeout=300,
                             env=helpers.child_env())
@@ -298,9 +304,13 @@ def test_only_the_runs_workers_are_quiet():
     # stderr, so a bad corpus file is still one line; another failure shows it.
     assert "RAISED corpus CorpusError bad.txt.gz: cannot read line 1" in result.stdout
     assert "RAISED other RuntimeError the job failed" in result.stdout
-    corpus_case, other_case = result.stderr.split("CASE corpus")[1].split("CASE other")
+    # A job that succeeds all the same: the traceback printed as without the hold.
+    assert "RAISED success None" in result.stdout
+    corpus_case, rest = result.stderr.split("CASE corpus")[1].split("CASE other")
+    other_case, success_case = rest.split("CASE success")
     assert "return code 134" not in corpus_case and "Traceback" not in corpus_case, \
         corpus_case
-    assert "Exception in thread run_worker" in other_case, other_case
-    assert "RuntimeError: Worker subprocess exited with return code 134" in other_case
+    for shown in (other_case, success_case):
+        assert "Exception in thread run_worker" in shown, shown
+        assert "RuntimeError: Worker subprocess exited with return code 134" in shown
     assert "HOOK True" in result.stdout
