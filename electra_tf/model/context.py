@@ -41,6 +41,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from electra_tf import errors
+
 REMAT_MODES = ("none", "selective", "blocks")  # what `remat` may be (model/remat.py)
 _ACTIVE = contextvars.ContextVar("electra_tf_step_context", default=None)
 
@@ -77,9 +79,7 @@ class StepContext:
                 isinstance(self.vocabulary_multiple, int) and self.vocabulary_multiple >= 1):
             raise ValueError("`vocabulary_multiple` must be a positive int or None. "
                              f"Received: `vocabulary_multiple={self.vocabulary_multiple!r}`")
-        if self.remat not in REMAT_MODES:
-            raise ValueError(f"`remat` must be one of {', '.join(REMAT_MODES)}. "
-                             f"Received: `remat={self.remat!r}`")
+        errors.check_choice("remat", self.remat, REMAT_MODES, ValueError)
 
     @classmethod
     def for_step(cls, run_seed, step, **fields) -> "StepContext":

@@ -132,9 +132,7 @@ def choose(mode: str, device_kind: str, memory_bytes: int | None, activations: i
     >>> choose("auto", "cpu", None, 10 * 2**30, 2**30)[0]
     'selective'
     """
-    if mode not in CHOICES:
-        raise ValueError(f"`mode` must be one of {', '.join(CHOICES)}. "
-                         f"Received: `mode={mode!r}`")
+    errors.check_choice("mode", mode, CHOICES, ValueError)
     if mode != "auto":
         return mode, "as configured"
     estimate = f"activations ~{_size(activations)} estimated"

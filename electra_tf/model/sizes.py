@@ -71,8 +71,7 @@ class ModelShape:
                                  f"of {part}.num_heads ({size.num_heads})")
         if self.max_positions <= 0:
             raise ValueError(f"max_positions must be positive. Received: {self.max_positions}")
-        if self.tie not in TIES:
-            raise ValueError(f"tie must be one of {', '.join(TIES)}. Received: {self.tie!r}")
+        errors.check_choice("tie", self.tie, TIES, ValueError)
         if self.tie == "all" and self.generator != self.discriminator:
             raise ValueError("tie='all' shares every encoder weight: the generator must have "
                              f"the discriminator's shape. Received: {self.generator} and "

@@ -50,5 +50,5 @@ def test_the_weights_state_counts_against_the_memory():
 def test_a_mode_given_is_kept_and_a_bad_one_refused():
     for mode in remat.MODES:
         assert remat.choose(mode, "gpu", 80 * GIB, GIB, 0) == (mode, "as configured")
-    with pytest.raises(ValueError, match="`mode` must be one of auto, none"):
+    with pytest.raises(ValueError, match="mode='all': choose one of auto, none"):
         remat.choose("all", "cpu", None, GIB, 0)
