@@ -203,12 +203,15 @@ def _pid_space() -> str:
     """This machine's boot and pid namespace: two processes can test each other's pids
     only where these match (containers may share a host name, not their pids)."""
     parts = []
-    for path in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
-        try:
-            parts.append(os.readlink(path) if path.endswith("/pid") else
-                         open(path, encoding="ascii").read().strip())
-        except OSError:
-            parts.append("")
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            parts.append(f.read().strip())
+    except OSError:
+        parts.append("")
+    try:
+        parts.append(os.readlink("/proc/self/ns/pid"))
+    except OSError:
+        parts.append("")
     return " ".join(parts)
 
 
