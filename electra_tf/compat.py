@@ -360,6 +360,7 @@ def onednn_enabled() -> bool | None:
 
 # -------------------------------------------------------------------- Apache Beam's runner
 # The name of the driver's thread that owns one of the portable runner's worker processes
-# (`SubprocessSdkWorkerHandler.start_worker`): the thread raises when its process exits
-# non-zero, which `data/beam.py` holds with the workers' stderr.
+# (`SubprocessSdkWorkerHandler.start_worker`; the in-process gRPC worker's thread has it
+# too): the thread raises when its process exits non-zero, which `data/beam.py` holds with
+# the workers' stderr.
 BEAM_WORKER_THREAD = "run_worker"

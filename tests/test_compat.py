@@ -611,6 +611,7 @@ def test_beams_worker_thread_raises_as_its_process_fails_and_is_held():
             other.join()
         assert handler.worker_thread.is_alive() is False  # waited for
     finally:
+        handler.worker_thread.join()  # not to raise into a later test on a failed assert
         threading.excepthook = previous
     assert [(args.thread.name, str(args.exc_value)) for args in held] == [
         (compat.BEAM_WORKER_THREAD, "Worker subprocess exited with return code 134")]

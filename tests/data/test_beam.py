@@ -232,6 +232,7 @@ def test_tool_names_a_bad_file_met_by_a_worker_process(tmp_path):
 _HELD_SCRIPT = r"""
 import logging as std_logging, os, sys, tempfile, types
 from absl import logging
+from electra_tf import compat
 from electra_tf.data import beam
 beam_logger = std_logging.getLogger("apache_beam")
 beam_logger.setLevel(std_logging.INFO)
@@ -258,7 +259,7 @@ def worker():
     raise RuntimeError("Worker subprocess exited with return code 134")
 def pipeline(fails):
     def run():
-        threading.Thread(target=worker, name=beam.compat.BEAM_WORKER_THREAD).start()
+        threading.Thread(target=worker, name=compat.BEAM_WORKER_THREAD).start()
         if fails:
             raise RuntimeError("the job failed")
         return types.SimpleNamespace(wait_until_finish=lambda: None)

@@ -39,7 +39,6 @@ import math
 import keras
 import tensorflow as tf
 
-from electra_tf import errors
 from electra_tf.model import context as context_lib
 from electra_tf.model import encoder
 from electra_tf.model import flops
@@ -79,7 +78,9 @@ class CausalEncoder(encoder.Encoder):
                  intermediate_size: int, direction: str = "ltr", **kwargs):
         super().__init__(embeddings, hidden_size, num_layers, num_heads, intermediate_size,
                          **kwargs)
-        errors.check_choice("direction", direction, DIRECTIONS, ValueError)
+        if direction not in DIRECTIONS:
+            raise ValueError(f"`direction` must be one of {DIRECTIONS}. Received: "
+                             f"`direction={direction!r}`")
         self.direction = direction
 
     # === Forward ===
