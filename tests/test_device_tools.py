@@ -67,3 +67,36 @@ def test_a_skipped_point_runs_nothing_and_says_why(monkeypatch, tmp_path, capsys
     assert line["point"] == "small-128-512"
     assert line["skipped"].endswith("s left, it needs 360")
     assert json.loads(capsys.readouterr().out) == line
+
+
+def test_one_side_runs_alone_where_a_point_does_not_fit_whole(monkeypatch, tmp_path,
+                                                               capsys):
+    # 250 s left: too little for both runs (360), enough for ours (210) or the peer's
+    # (150) alone, each then capped by what is left, not by the other's need.
+    assert compare.ours_cap("cuda", 250) is None
+    assert compare.ours_cap("cuda", 250, "ours") == 250
+    assert compare.ours_cap("cuda", 140, "peer") is None
+    ran = []
+
+    def run_json(command, seconds, log, env=None):
+        ran.append((os.path.basename(command[1]), seconds))
+        return {"seq_per_sec": 9000.0, "size": "small"}, 170.4, ""
+    monkeypatch.setattr(compare, "run_json", run_json)
+    for side, script in (("ours", "benchmark.py"), ("peer", "hf_electra_bench.py")):
+        ran.clear()
+        monkeypatch.setattr("sys.argv", ["compare.py", "--seconds=250", f"--side={side}",
+                                         f"--output={tmp_path}/{side}.jsonl",
+                                         f"--log={tmp_path}/log.txt", "small-128-512"])
+        assert compare.main() == 0
+        assert [name for name, _ in ran] == [script]
+        assert 249 <= ran[0][1] <= 250  # what is left, none kept back for the other
+        line = json.loads((tmp_path / f"{side}.jsonl").read_text())
+        assert line == {"point": "small-128-512", "side": side, "wall_s": 170,
+                        side: {"seq_per_sec": 9000.0, "size": "small"}}
+        assert json.loads(capsys.readouterr().out) == line
+    monkeypatch.setattr("sys.argv", ["compare.py", "--seconds=100", "--side=peer",
+                                     f"--output={tmp_path}/skip.jsonl",
+                                     f"--log={tmp_path}/log.txt", "small-128-512"])
+    assert compare.main() == 0
+    assert json.loads((tmp_path / "skip.jsonl").read_text())["skipped"].endswith(
+        "s left, it needs 150")

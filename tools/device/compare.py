@@ -14,6 +14,10 @@ mark on a GPU, the process's peak RSS on a CPU) and the device. Lines go to stdo
         python3 tools/device/compare.py --seconds=580 base-128-256
     python3 tools/device/compare.py --device=cpu --seconds=300 tiny-32-4
 
+`--side=ours` or `--side=peer` runs one benchmark only, its line holding that run's own JSON
+line: a point whose two runs do not both fit in what a call has left runs ours in one
+call and the peer in the next, on the same warm machine.
+
 `--trace=POINT` (repeatable) also has ours write, at that point only, a profiler trace to
 TRACE_DIR/profile/POINT and XLA's optimized HLO to TRACE_DIR/hlo/POINT (the fusions'
 names, for tools/profile_summary.py's kernels); the peer runs as at any other point.
@@ -69,14 +73,25 @@ def parse_point(text: str) -> tuple[str, int, int]:
         raise SystemExit(f"point {text!r}: give SIZE-SEQ-BATCH, e.g. base-128-256") from None
 
 
-def ours_cap(device: str, left: float) -> float | None:
-    """Our run's time cap at a point started with `left` seconds to go: what the peer's
-    need leaves (at most MAX_SECONDS), or None where the two runs' `NEEDS` do not fit.
-    The peer then gets what is left, at least its need."""
+def need(device: str, side: str = "both") -> int:
+    """The seconds a point needs at least on `device` for the runs of `side`."""
     ours_need, peer_need = NEEDS[device]
-    if left < ours_need + peer_need:
+    return {"both": ours_need + peer_need, "ours": ours_need, "peer": peer_need}[side]
+
+
+def ours_cap(device: str, left: float, side: str = "both") -> float | None:
+    """The first run's time cap at a point started with `left` seconds to go (ours, or
+    the peer's under side="peer"): at most MAX_SECONDS, less the peer's need where the
+    peer runs after it; None where the runs' `NEEDS` do not fit. The peer then gets what
+    is left, at least its need."""
+    if left < need(device, side):
         return None
-    return min(MAX_SECONDS, left - peer_need)
+    return min(MAX_SECONDS, left - (NEEDS[device][1] if side == "both" else 0))
+
+
+def one_side(point: str, side: str, figures: dict, wall: float) -> dict:
+    """The line of a point where one benchmark ran (`--side`): its own JSON line whole."""
+    return {"point": point, "side": side, "wall_s": round(wall), side: figures}
 
 
 def run_json(command: list[str], seconds: float, log,
@@ -123,6 +138,29 @@ def combine(point: str, ours: dict, peer: dict, walls: tuple[float, float]) -> d
     }
 
 
+def run_ours(args, point: str, cap: float, log) -> tuple[dict | None, float, str]:
+    """tools/benchmark.py at `point` (run_json's triple); traced where --trace names it."""
+    size, seq, batch = parse_point(point)
+    trace, env = [], None
+    if point in args.trace:
+        trace = [f"--profile_dir={args.trace_dir}/profile/{point}"]
+        env = dict(os.environ, XLA_FLAGS=(
+            f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to="
+            f"{args.trace_dir}/hlo/{point} --xla_dump_hlo_as_text").strip())
+    return run_json(
+        [sys.executable, "tools/benchmark.py", f"--config=configs/electra.py:{size}",
+         f"--seq_len={seq}", f"--batch_size={batch}", *OURS[args.device],
+         *SAME_SHAPE.get(size, []), *args.ours_flags, *trace], cap, log, env=env)
+
+
+def peer_command(args, point: str) -> list[str]:
+    """The peer's command line at `point`."""
+    size, seq, batch = parse_point(point)
+    threads = [f"--threads={args.threads}"] if args.device == "cpu" else []
+    return [args.peer_python, PEER, f"--device={args.device}", f"--size={size}",
+            f"--seq_len={seq}", f"--batch_size={batch}", *PEER_FLAGS[args.device], *threads]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -132,6 +170,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2, help="the peer's, on a CPU")
     parser.add_argument("--peer_python", default=sys.executable,
                         help="the peer's interpreter (PyTorch's; rehearse.sh's differs)")
+    parser.add_argument("--side", choices=["both", "ours", "peer"], default="both",
+                        help="run both benchmarks at each point, or one")
     parser.add_argument("--ours_flags", action="append", default=[],
                         help="more flags of tools/benchmark.py, e.g. --profile")
     parser.add_argument("--trace", action="append", default=[],
@@ -142,44 +182,38 @@ def main() -> int:
     parser.add_argument("--log", default=os.path.join(os.environ.get("OUT", "/tmp"),
                                                       "compare_log.txt"))
     args = parser.parse_args()
-    points = [(text, *parse_point(text)) for text in args.points]
+    for text in args.points:
+        parse_point(text)  # each refused before anything runs
     for text in args.trace:
         if text not in args.points:
             raise SystemExit(f"--trace={text}: not one of the points {args.points}")
     end = time.time() + args.seconds
-    python = sys.executable
     # The peer sees the image's packages only: TF's pack on the path (PYTHONPATH) holds
     # other versions of some of them (protobuf, optree).
     peer_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     with open(args.output, "a", encoding="utf-8") as out, \
             open(args.log, "a", encoding="utf-8") as log:
-        for text, size, seq, batch in points:
+        for text in args.points:
             left = end - time.time()
-            cap = ours_cap(args.device, left)
+            cap = ours_cap(args.device, left, args.side)
             if cap is None:
                 result = {"point": text, "skipped": f"{left:.0f} s left, it needs "
-                                                    f"{sum(NEEDS[args.device])}"}
+                                                    f"{need(args.device, args.side)}"}
             else:
-                trace, ours_env = [], None
-                if text in args.trace:
-                    trace = [f"--profile_dir={args.trace_dir}/profile/{text}"]
-                    ours_env = dict(os.environ, XLA_FLAGS=(
-                        f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to="
-                        f"{args.trace_dir}/hlo/{text} --xla_dump_hlo_as_text").strip())
-                ours, ours_wall, ours_error = run_json(
-                    [python, "tools/benchmark.py", f"--config=configs/electra.py:{size}",
-                     f"--seq_len={seq}", f"--batch_size={batch}", *OURS[args.device],
-                     *SAME_SHAPE.get(size, []), *args.ours_flags, *trace],
-                    cap, log, env=ours_env)
-                peer_flags = PEER_FLAGS[args.device] + (
-                    [f"--threads={args.threads}"] if args.device == "cpu" else [])
-                peer, peer_wall, peer_error = run_json(
-                    [args.peer_python, PEER, f"--device={args.device}", f"--size={size}",
-                     f"--seq_len={seq}", f"--batch_size={batch}", *peer_flags],
-                    min(MAX_SECONDS, max(NEEDS[args.device][1], end - time.time())), log,
-                    env=peer_env)
+                ours = peer = None
+                ours_wall = peer_wall = 0.0
+                ours_error = peer_error = ""
+                if args.side != "peer":
+                    ours, ours_wall, ours_error = run_ours(args, text, cap, log)
+                if args.side != "ours":
+                    peer, peer_wall, peer_error = run_json(
+                        peer_command(args, text),
+                        min(MAX_SECONDS, max(NEEDS[args.device][1], end - time.time())),
+                        log, env=peer_env)
                 if ours and peer:
                     result = combine(text, ours, peer, (ours_wall, peer_wall))
+                elif args.side != "both" and (ours or peer):
+                    result = one_side(text, args.side, ours or peer, ours_wall + peer_wall)
                 else:
                     result = {"point": text, "ours_error": ours_error or None,
                               "peer_error": peer_error or None,
