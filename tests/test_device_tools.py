@@ -15,10 +15,12 @@ compare = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(compare)
 
 
-def test_a_point_is_size_seq_batch():
-    assert compare.parse_point("base-128-256") == ("base", 128, 256)
-    with pytest.raises(SystemExit, match="point 'base128': give SIZE-SEQ-BATCH"):
-        compare.parse_point("base128")
+def test_a_point_is_size_seq_batch_and_may_name_one_side():
+    assert compare.parse_point("base-128-256") == ("base", 128, 256, "both")
+    assert compare.parse_point("base-128-256:peer") == ("base", 128, 256, "peer")
+    for bad in ("base128", "base-128-256:both", "base-128-256:theirs"):
+        with pytest.raises(SystemExit, match=f"point '{bad}': give SIZE-SEQ-BATCH"):
+            compare.parse_point(bad)
 
 
 def test_one_line_per_point_with_both_figures_and_their_ratios():
@@ -79,24 +81,27 @@ def test_one_side_runs_alone_where_a_point_does_not_fit_whole(monkeypatch, tmp_p
     ran = []
 
     def run_json(command, seconds, log, env=None):
-        ran.append((os.path.basename(command[1]), seconds))
+        ran.append((os.path.basename(command[1]), seconds, command[-1]))
         return {"seq_per_sec": 9000.0, "size": "small"}, 170.4, ""
     monkeypatch.setattr(compare, "run_json", run_json)
     for side, script in (("ours", "benchmark.py"), ("peer", "hf_electra_bench.py")):
         ran.clear()
-        monkeypatch.setattr("sys.argv", ["compare.py", "--seconds=250", f"--side={side}",
-                                         f"--output={tmp_path}/{side}.jsonl",
-                                         f"--log={tmp_path}/log.txt", "small-128-512"])
+        monkeypatch.setattr("sys.argv", [
+            "compare.py", "--seconds=250", "--trace=small-128-512", "--trace_dir=/t",
+            f"--output={tmp_path}/{side}.jsonl", f"--log={tmp_path}/log.txt",
+            f"small-128-512:{side}"])
         assert compare.main() == 0
-        assert [name for name, _ in ran] == [script]
+        assert [name for name, *_ in ran] == [script]
         assert 249 <= ran[0][1] <= 250  # what is left, none kept back for the other
+        if side == "ours":  # --trace names the point without its side
+            assert ran[0][2] == "--profile_dir=/t/profile/small-128-512"
         line = json.loads((tmp_path / f"{side}.jsonl").read_text())
         assert line == {"point": "small-128-512", "side": side, "wall_s": 170,
                         side: {"seq_per_sec": 9000.0, "size": "small"}}
         assert json.loads(capsys.readouterr().out) == line
-    monkeypatch.setattr("sys.argv", ["compare.py", "--seconds=100", "--side=peer",
+    monkeypatch.setattr("sys.argv", ["compare.py", "--seconds=100",
                                      f"--output={tmp_path}/skip.jsonl",
-                                     f"--log={tmp_path}/log.txt", "small-128-512"])
+                                     f"--log={tmp_path}/log.txt", "small-128-512:peer"])
     assert compare.main() == 0
     assert json.loads((tmp_path / "skip.jsonl").read_text())["skipped"].endswith(
         "s left, it needs 150")

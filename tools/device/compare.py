@@ -14,11 +14,11 @@ mark on a GPU, the process's peak RSS on a CPU) and the device. Lines go to stdo
         python3 tools/device/compare.py --seconds=580 base-128-256
     python3 tools/device/compare.py --device=cpu --seconds=300 tiny-32-4
 
-`--side=ours` or `--side=peer` runs one benchmark only, its line holding that run's own JSON
-line: a point whose two runs do not both fit in what a call has left runs ours in one
-call and the peer in the next, on the same warm machine.
+A point given as SIZE-SEQ-BATCH:ours or SIZE-SEQ-BATCH:peer runs one benchmark only, its
+line holding that run's own JSON line: a point whose two runs do not both fit in what a
+call has left runs ours in one call and the peer in the next, on the same warm machine.
 
-`--trace=POINT` (repeatable) also has ours write, at that point only, a profiler trace to
+`--trace=SIZE-SEQ-BATCH` (repeatable) also has ours write, at that point only, a profiler trace to
 TRACE_DIR/profile/POINT and XLA's optimized HLO to TRACE_DIR/hlo/POINT (the fusions'
 names, for tools/profile_summary.py's kernels); the peer runs as at any other point.
 
@@ -65,12 +65,18 @@ PEER_FLAGS = {"cuda": ["--steps=20", "--warmup_steps=5"],
               "cpu": ["--steps=3", "--warmup_steps=1", "--nocompile"]}
 
 
-def parse_point(text: str) -> tuple[str, int, int]:
+def parse_point(text: str) -> tuple[str, int, int, str]:
+    """(size, sequence length, batch, side) of SIZE-SEQ-BATCH[:ours|:peer]; side "both"
+    where none is named."""
+    point, _, side = text.partition(":")
     try:
-        size, seq, batch = text.split("-")
-        return size, int(seq), int(batch)
+        size, seq, batch = point.split("-")
+        if side not in ("", "ours", "peer"):
+            raise ValueError(side)
+        return size, int(seq), int(batch), side or "both"
     except ValueError:
-        raise SystemExit(f"point {text!r}: give SIZE-SEQ-BATCH, e.g. base-128-256") from None
+        raise SystemExit(f"point {text!r}: give SIZE-SEQ-BATCH, e.g. base-128-256, or with "
+                         ":ours or :peer for one benchmark") from None
 
 
 def need(device: str, side: str = "both") -> int:
@@ -90,7 +96,7 @@ def ours_cap(device: str, left: float, side: str = "both") -> float | None:
 
 
 def one_side(point: str, side: str, figures: dict, wall: float) -> dict:
-    """The line of a point where one benchmark ran (`--side`): its own JSON line whole."""
+    """The line of a point where one benchmark ran (POINT:SIDE): its own JSON line whole."""
     return {"point": point, "side": side, "wall_s": round(wall), side: figures}
 
 
@@ -140,7 +146,7 @@ def combine(point: str, ours: dict, peer: dict, walls: tuple[float, float]) -> d
 
 def run_ours(args, point: str, cap: float, log) -> tuple[dict | None, float, str]:
     """tools/benchmark.py at `point` (run_json's triple); traced where --trace names it."""
-    size, seq, batch = parse_point(point)
+    size, seq, batch, _ = parse_point(point)
     trace, env = [], None
     if point in args.trace:
         trace = [f"--profile_dir={args.trace_dir}/profile/{point}"]
@@ -155,7 +161,7 @@ def run_ours(args, point: str, cap: float, log) -> tuple[dict | None, float, str
 
 def peer_command(args, point: str) -> list[str]:
     """The peer's command line at `point`."""
-    size, seq, batch = parse_point(point)
+    size, seq, batch, _ = parse_point(point)
     threads = [f"--threads={args.threads}"] if args.device == "cpu" else []
     return [args.peer_python, PEER, f"--device={args.device}", f"--size={size}",
             f"--seq_len={seq}", f"--batch_size={batch}", *PEER_FLAGS[args.device], *threads]
@@ -164,56 +170,55 @@ def peer_command(args, point: str) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("points", nargs="+", help="SIZE-SEQ-BATCH, e.g. base-128-256")
+    parser.add_argument("points", nargs="+",
+                        help="SIZE-SEQ-BATCH[:ours|:peer], e.g. base-128-256")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--seconds", type=float, default=500, help="for all the points")
     parser.add_argument("--threads", type=int, default=2, help="the peer's, on a CPU")
     parser.add_argument("--peer_python", default=sys.executable,
                         help="the peer's interpreter (PyTorch's; rehearse.sh's differs)")
-    parser.add_argument("--side", choices=["both", "ours", "peer"], default="both",
-                        help="run both benchmarks at each point, or one")
     parser.add_argument("--ours_flags", action="append", default=[],
                         help="more flags of tools/benchmark.py, e.g. --profile")
     parser.add_argument("--trace", action="append", default=[],
-                        help="a point whose run of ours also writes a profile and HLO")
+                        help="SIZE-SEQ-BATCH: where ours also writes a profile and HLO")
     parser.add_argument("--trace_dir", default="/tmp/electra_trace")
     parser.add_argument("--output", default=os.path.join(os.environ.get("OUT", "/tmp"),
                                                          "compare.jsonl"))
     parser.add_argument("--log", default=os.path.join(os.environ.get("OUT", "/tmp"),
                                                       "compare_log.txt"))
     args = parser.parse_args()
-    for text in args.points:
-        parse_point(text)  # each refused before anything runs
+    points = [parse_point(text) for text in args.points]  # each refused before any runs
+    names = [f"{size}-{seq}-{batch}" for size, seq, batch, _ in points]
     for text in args.trace:
-        if text not in args.points:
-            raise SystemExit(f"--trace={text}: not one of the points {args.points}")
+        if text not in names:
+            raise SystemExit(f"--trace={text}: not one of the points {names}")
     end = time.time() + args.seconds
     # The peer sees the image's packages only: TF's pack on the path (PYTHONPATH) holds
     # other versions of some of them (protobuf, optree).
     peer_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     with open(args.output, "a", encoding="utf-8") as out, \
             open(args.log, "a", encoding="utf-8") as log:
-        for text in args.points:
+        for text, (*_, side) in zip(names, points):
             left = end - time.time()
-            cap = ours_cap(args.device, left, args.side)
+            cap = ours_cap(args.device, left, side)
             if cap is None:
                 result = {"point": text, "skipped": f"{left:.0f} s left, it needs "
-                                                    f"{need(args.device, args.side)}"}
+                                                    f"{need(args.device, side)}"}
             else:
                 ours = peer = None
                 ours_wall = peer_wall = 0.0
                 ours_error = peer_error = ""
-                if args.side != "peer":
+                if side != "peer":
                     ours, ours_wall, ours_error = run_ours(args, text, cap, log)
-                if args.side != "ours":
+                if side != "ours":
                     peer, peer_wall, peer_error = run_json(
                         peer_command(args, text),
                         min(MAX_SECONDS, max(NEEDS[args.device][1], end - time.time())),
                         log, env=peer_env)
                 if ours and peer:
                     result = combine(text, ours, peer, (ours_wall, peer_wall))
-                elif args.side != "both" and (ours or peer):
-                    result = one_side(text, args.side, ours or peer, ours_wall + peer_wall)
+                elif side != "both" and (ours or peer):
+                    result = one_side(text, side, ours or peer, ours_wall + peer_wall)
                 else:
                     result = {"point": text, "ours_error": ours_error or None,
                               "peer_error": peer_error or None,

@@ -2,7 +2,8 @@
 # One device call, the one that carries the last part: setup.sh, then compare.py's points
 # (ours and the PyTorch peer back to back) until SECONDS after the call's start; each
 # --trace=POINT's profile is summarised, and the traces and HLO come back as profile.tgz
-# and hlo.tgz.   bash tools/device/go.sh SECONDS [--trace=POINT] POINT...
+# and hlo.tgz. A POINT:ours or POINT:peer runs one of the two (compare.py).
+#   bash tools/device/go.sh SECONDS [--trace=POINT] POINT[:ours|:peer]...
 # $OUT gets setup.txt, compare.jsonl, compare_log.txt, profile_summary.txt, profile.tgz,
 # hlo.tgz. The exit status is compare.py's (3: the probe failed, nothing measured).
 T0=$(date +%s); LIMIT=$1; shift
