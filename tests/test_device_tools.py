@@ -18,7 +18,7 @@ _SPEC.loader.exec_module(compare)
 def test_a_point_is_size_seq_batch_and_may_name_one_side():
     assert compare.parse_point("base-128-256") == ("base", 128, 256, "both")
     assert compare.parse_point("base-128-256:peer") == ("base", 128, 256, "peer")
-    for bad in ("base128", "base-128-256:both", "base-128-256:theirs"):
+    for bad in ("base128", "base-128-256:", "base-128-256:both", "base-128-256:theirs"):
         with pytest.raises(SystemExit, match=f"point '{bad}': give SIZE-SEQ-BATCH"):
             compare.parse_point(bad)
 
@@ -46,15 +46,20 @@ def test_a_traced_point_must_be_one_of_the_points(monkeypatch, tmp_path):
                                      f"--output={tmp_path}/c.jsonl", "base-128-256"])
     with pytest.raises(SystemExit, match="--trace=base-512-64: not one of the points"):
         compare.main()
+    monkeypatch.setattr("sys.argv", ["compare.py", "--trace=base-128-256",
+                                     f"--output={tmp_path}/c.jsonl", "base-128-256:peer"])
+    with pytest.raises(SystemExit, match="--trace=base-128-256: not one of the points "
+                                         r"where ours runs \[\]"):
+        compare.main()  # the peer's run is never traced
     assert not (tmp_path / "c.jsonl").exists()  # refused before anything ran
 
 
 def test_a_point_starts_only_when_both_runs_fit():
     # On a GPU ours needs 210 s (compiling ~165 s) and the peer 150: with less than both
     # the point is skipped, not started and killed while compiling.
-    assert compare.ours_cap("cuda", 350) is None
-    assert compare.ours_cap("cuda", 400) == 250  # the peer's 150 kept back
-    assert compare.ours_cap("cuda", 1000) == compare.MAX_SECONDS
+    assert compare.first_cap("cuda", 350) is None
+    assert compare.first_cap("cuda", 400) == 250  # the peer's 150 kept back
+    assert compare.first_cap("cuda", 1000) == compare.MAX_SECONDS
 
 
 def test_a_skipped_point_runs_nothing_and_says_why(monkeypatch, tmp_path, capsys):
@@ -75,9 +80,9 @@ def test_one_side_runs_alone_where_a_point_does_not_fit_whole(monkeypatch, tmp_p
                                                                capsys):
     # 250 s left: too little for both runs (360), enough for ours (210) or the peer's
     # (150) alone, each then capped by what is left, not by the other's need.
-    assert compare.ours_cap("cuda", 250) is None
-    assert compare.ours_cap("cuda", 250, "ours") == 250
-    assert compare.ours_cap("cuda", 140, "peer") is None
+    assert compare.first_cap("cuda", 250) is None
+    assert compare.first_cap("cuda", 250, "ours") == 250
+    assert compare.first_cap("cuda", 140, "peer") is None
     ran = []
 
     def run_json(command, seconds, log, env=None):
@@ -87,7 +92,8 @@ def test_one_side_runs_alone_where_a_point_does_not_fit_whole(monkeypatch, tmp_p
     for side, script in (("ours", "benchmark.py"), ("peer", "hf_electra_bench.py")):
         ran.clear()
         monkeypatch.setattr("sys.argv", [
-            "compare.py", "--seconds=250", "--trace=small-128-512", "--trace_dir=/t",
+            "compare.py", "--seconds=250", "--trace_dir=/t",
+            *(["--trace=small-128-512"] if side == "ours" else []),
             f"--output={tmp_path}/{side}.jsonl", f"--log={tmp_path}/log.txt",
             f"small-128-512:{side}"])
         assert compare.main() == 0
@@ -103,5 +109,5 @@ def test_one_side_runs_alone_where_a_point_does_not_fit_whole(monkeypatch, tmp_p
                                      f"--output={tmp_path}/skip.jsonl",
                                      f"--log={tmp_path}/log.txt", "small-128-512:peer"])
     assert compare.main() == 0
-    assert json.loads((tmp_path / "skip.jsonl").read_text())["skipped"].endswith(
-        "s left, it needs 150")
+    skipped = json.loads((tmp_path / "skip.jsonl").read_text())
+    assert skipped["side"] == "peer" and skipped["skipped"].endswith("s left, it needs 150")

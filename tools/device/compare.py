@@ -18,7 +18,8 @@ A point given as SIZE-SEQ-BATCH:ours or SIZE-SEQ-BATCH:peer runs one benchmark o
 line holding that run's own JSON line: a point whose two runs do not both fit in what a
 call has left runs ours in one call and the peer in the next, on the same warm machine.
 
-`--trace=SIZE-SEQ-BATCH` (repeatable) also has ours write, at that point only, a profiler trace to
+`--trace=SIZE-SEQ-BATCH` (repeatable) also has ours write, at that point only, a profiler
+trace to
 TRACE_DIR/profile/POINT and XLA's optimized HLO to TRACE_DIR/hlo/POINT (the fusions'
 names, for tools/profile_summary.py's kernels); the peer runs as at any other point.
 
@@ -68,10 +69,10 @@ PEER_FLAGS = {"cuda": ["--steps=20", "--warmup_steps=5"],
 def parse_point(text: str) -> tuple[str, int, int, str]:
     """(size, sequence length, batch, side) of SIZE-SEQ-BATCH[:ours|:peer]; side "both"
     where none is named."""
-    point, _, side = text.partition(":")
+    point, colon, side = text.partition(":")
     try:
         size, seq, batch = point.split("-")
-        if side not in ("", "ours", "peer"):
+        if colon and side not in ("ours", "peer"):
             raise ValueError(side)
         return size, int(seq), int(batch), side or "both"
     except ValueError:
@@ -85,7 +86,7 @@ def need(device: str, side: str = "both") -> int:
     return {"both": ours_need + peer_need, "ours": ours_need, "peer": peer_need}[side]
 
 
-def ours_cap(device: str, left: float, side: str = "both") -> float | None:
+def first_cap(device: str, left: float, side: str = "both") -> float | None:
     """The first run's time cap at a point started with `left` seconds to go (ours, or
     the peer's under side="peer"): at most MAX_SECONDS, less the peer's need where the
     peer runs after it; None where the runs' `NEEDS` do not fit. The peer then gets what
@@ -97,7 +98,7 @@ def ours_cap(device: str, left: float, side: str = "both") -> float | None:
 
 def one_side(point: str, side: str, figures: dict, wall: float) -> dict:
     """The line of a point where one benchmark ran (POINT:SIDE): its own JSON line whole."""
-    return {"point": point, "side": side, "wall_s": round(wall), side: figures}
+    return {"point": point, "wall_s": round(wall), side: figures}  # main adds the side
 
 
 def run_json(command: list[str], seconds: float, log,
@@ -189,9 +190,11 @@ def main() -> int:
     args = parser.parse_args()
     points = [parse_point(text) for text in args.points]  # each refused before any runs
     names = [f"{size}-{seq}-{batch}" for size, seq, batch, _ in points]
+    ours_run = [name for name, (*_, side) in zip(names, points) if side != "peer"]
     for text in args.trace:
-        if text not in names:
-            raise SystemExit(f"--trace={text}: not one of the points {names}")
+        if text not in ours_run:
+            raise SystemExit(f"--trace={text}: not one of the points where ours runs "
+                             f"{ours_run}")
     end = time.time() + args.seconds
     # The peer sees the image's packages only: TF's pack on the path (PYTHONPATH) holds
     # other versions of some of them (protobuf, optree).
@@ -200,7 +203,7 @@ def main() -> int:
             open(args.log, "a", encoding="utf-8") as log:
         for text, (*_, side) in zip(names, points):
             left = end - time.time()
-            cap = ours_cap(args.device, left, side)
+            cap = first_cap(args.device, left, side)
             if cap is None:
                 result = {"point": text, "skipped": f"{left:.0f} s left, it needs "
                                                     f"{need(args.device, side)}"}
@@ -224,6 +227,8 @@ def main() -> int:
                               "peer_error": peer_error or None,
                               "ours_seq_per_sec": ours and ours["seq_per_sec"],
                               "peer_seq_per_sec": peer and peer["seq_per_sec"]}
+            if side != "both":
+                result = {"point": text, "side": side, **result}
             line = json.dumps(result)
             print(line, flush=True)
             out.write(line + "\n")
