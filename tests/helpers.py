@@ -168,6 +168,31 @@ def forge_step(checkpoint_dir, step):
     return prefix
 
 
+def rewind(workdir, copy, step) -> str:
+    """A copy of the finished run `workdir` at `copy`, stopped after its checkpoint at
+    `step`: the later checkpoints removed, ckpt-STEP the latest, as a run stopped there
+    leaves it. The run's own command then resumes there and must retrain the rest to
+    the same weights, without a run of the first STEP steps of its own."""
+    import glob  # pylint: disable=g-import-not-at-top
+    import shutil  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+    shutil.copytree(workdir, copy)
+    checkpoints = workdir_lib.checkpoints(copy)
+    prefix = os.path.join(checkpoints, f"ckpt-{step}")
+    assert os.path.exists(prefix + ".index"), f"{prefix}: no such checkpoint"
+    kept = []
+    for path in glob.glob(os.path.join(checkpoints, "ckpt-*")):
+        name = re.fullmatch(r"ckpt-(\d+)\.(index|data-\d+-of-\d+)", os.path.basename(path))
+        if name and int(name.group(1)) > step:
+            os.remove(path)
+        elif name and name.group(2) == "index":
+            kept.append((int(name.group(1)), path[:-len(".index")]))
+    tf.compat.v1.train.update_checkpoint_state(  # the older ones listed, as a run does
+        checkpoints, prefix, all_model_checkpoint_paths=[p for _, p in sorted(kept)])
+    return copy
+
+
 def write_pretrained_run(directory, max_seq_length=16, dropout=None, objective=None):
     """A tiny pre-training workdir with random weights (config.json, vocab.txt, a
     model-only checkpoint), as export and fine-tuning read it, in `directory` (made if

@@ -1,9 +1,7 @@
 """A generator you already have (training/generator_init.py), frozen or trained, and the
 sampling temperature's schedule (after SIGKILL: tests/test_reliability.py)."""
 
-import glob
 import os
-import shutil
 import subprocess
 import sys
 
@@ -272,11 +270,7 @@ def test_frozen_converted_generator_trains_resumes_exactly_and_exports(data, con
                                "temperature") == [(2, 2.0), (4, 1.0)]
 
     # A copy stopped after its step-2 checkpoint resumes to the uninterrupted weights.
-    shutil.copytree(whole, resumed)
-    checkpoints = workdir_lib.checkpoints(resumed)
-    for path in glob.glob(os.path.join(checkpoints, "ckpt-4.*")):
-        os.remove(path)
-    tf.compat.v1.train.update_checkpoint_state(checkpoints, os.path.join(checkpoints, "ckpt-2"))
+    helpers.rewind(whole, resumed, 2)
     command = [c.replace(whole, resumed) for c in command]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
                             env=env)
