@@ -19,9 +19,9 @@ line holding that run's own JSON line: a point whose two runs do not both fit in
 call has left runs ours in one call and the peer in the next, on the same warm machine.
 
 `--trace=SIZE-SEQ-BATCH` (repeatable) also has ours write, at that point only, a profiler
-trace to
-TRACE_DIR/profile/POINT and XLA's optimized HLO to TRACE_DIR/hlo/POINT (the fusions'
-names, for tools/profile_summary.py's kernels); the peer runs as at any other point.
+trace to TRACE_DIR/profile/POINT and XLA's optimized HLO to TRACE_DIR/hlo/POINT (the
+fusions' names, for tools/profile_summary.py's kernels); the peer runs as at any other
+point.
 
 The pack's rehearsal on a CPU (tools/device/rehearse.sh) runs it with nothing on the
 path but the pack, the image's packages and the repository.
@@ -96,9 +96,10 @@ def first_cap(device: str, left: float, side: str = "both") -> float | None:
     return min(MAX_SECONDS, left - (NEEDS[device][1] if side == "both" else 0))
 
 
-def one_side(point: str, side: str, figures: dict, wall: float) -> dict:
-    """The line of a point where one benchmark ran (POINT:SIDE): its own JSON line whole."""
-    return {"point": point, "wall_s": round(wall), side: figures}  # main adds the side
+def one_side(side: str, figures: dict, wall: float) -> dict:
+    """The figures of a point where one benchmark ran (POINT:SIDE): its own JSON line
+    whole (main puts the point and the side before them, as on each one-sided line)."""
+    return {"wall_s": round(wall), side: figures}
 
 
 def run_json(command: list[str], seconds: float, log,
@@ -221,7 +222,7 @@ def main() -> int:
                 if ours and peer:
                     result = combine(text, ours, peer, (ours_wall, peer_wall))
                 elif side != "both" and (ours or peer):
-                    result = one_side(text, side, ours or peer, ours_wall + peer_wall)
+                    result = one_side(side, ours or peer, ours_wall + peer_wall)
                 else:
                     result = {"point": text, "ours_error": ours_error or None,
                               "peer_error": peer_error or None,
