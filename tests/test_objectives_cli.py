@@ -34,6 +34,9 @@ OWN_METRIC = {"mlm": "masked_lm_accuracy", "electra_15": "disc_auc",
 # case: (objective, overrides); tie=gdes rides along (electra with its embeddings).
 CASES = {**{name: (name, ()) for name in OWN_METRIC},
          "electra_gdes": ("electra", ("--config.model.tie=gdes",))}
+# The cases exported and served: one per head that serves its own way (`Objective.serve`);
+# electra_15 serves as electra does, all_tokens_mlm as replace_mlm.
+SERVED = ("electra_gdes", "electric", "mlm", "replace_mlm")
 
 
 def _command(data, workdir, objective, *overrides, steps=20):
@@ -47,7 +50,7 @@ def _run(command):
     return result
 
 
-@pytest.mark.slow  # six cases × two training processes and an export each
+@pytest.mark.slow  # six cases × two training processes, four with an export
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_objective_trains_resumes_exactly_exports_and_serves(case, data, tmp_path):
     objective, overrides = CASES[case]
@@ -69,6 +72,8 @@ def test_objective_trains_resumes_exactly_exports_and_serves(case, data, tmp_pat
     has_generator = any(n.startswith("model/generator")
                         for n in reader.get_variable_to_shape_map())
     assert has_generator == (objective != "mlm")
+    if case not in SERVED:
+        return
 
     export_dir = str(tmp_path / "models" / "1")
     _run([sys.executable, "tools/export_savedmodel.py", f"--workdir={whole}",
@@ -78,7 +83,7 @@ def test_objective_trains_resumes_exactly_exports_and_serves(case, data, tmp_pat
         "encode": ("encode", {"text": np.array(["the cat sat ."], object)})},
         str(tmp_path / "served"))
     assert served["encode"]["sequence_output"].shape == (1, 32, 64)
-    if objective in ("electra", "electra_15"):
+    if objective == "electra":
         assert served["text"]["replaced_probability"].shape == (1, 32)
     elif objective == "electric":  # energies, and a text's score in one pass
         assert served["text"]["energies"].shape == (1, 32)

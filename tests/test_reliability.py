@@ -26,51 +26,29 @@ RUN = ("--config.data.eval_files=", "--config.train.checkpoint_every=10",
        "--config.train.steps_per_loop=5", "--config.train.log_every=10",
        "--config.train.keep_checkpoints=2", "--config.train.seed=3",
        "--config.train.accumulation_steps=2", "--config.train.remat=blocks")
-# Fast-ELECTRA's setting: a converted generator, frozen, its softmax cooled from 3 to 1.
-FROZEN_GENERATOR = ("--config.model.tie=none", "--config.train.generator=frozen",
-                    "--config.model.temperature=3",
-                    "--config.model.temperature_schedule=linear")
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(data, tmp_path_factory):
-    """`uninterrupted(variant="joint")`: the final checkpoint of a run of that variant
-    (`_command`) that nothing interrupts (each run once per module)."""
-    finals = {}
-
-    def final(variant="joint"):
-        if variant not in finals:
-            workdir = str(tmp_path_factory.mktemp("uninterrupted") / variant)
-            result = _run(data, workdir, variant)
-            assert result.returncode == 0, result.stderr[-3000:]
-            finals[variant] = tf.train.latest_checkpoint(
-                os.path.join(workdir, "checkpoints"))
-        return finals[variant]
-    return final
+    """The final checkpoint of a run (`_command`) that nothing interrupts (once per
+    module)."""
+    workdir = str(tmp_path_factory.mktemp("uninterrupted") / "run")
+    result = _run(data, workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
 
 
-def _command(data, workdir, variant="joint"):
-    """The run of `variant`: a training algorithm (joint, adversarial), or
-    frozen_generator (joint, from a converted TF1 checkpoint under `data`'s root)."""
-    if variant == "frozen_generator":
-        converted = os.path.join(data["root"], "converted")
-        if not os.path.exists(converted):
-            from tests.convert import originals  # pylint: disable=g-import-not-at-top
-            originals.write_converted(converted)
-        overrides = (*FROZEN_GENERATOR,
-                     f"--config.model.generator_init={os.path.join(converted, 'run')}")
-    else:
-        overrides = (f"--config.train.algorithm={variant}",)
-    return helpers.train_command(data, workdir, *RUN, *overrides, steps=STEPS)
+def _command(data, workdir):
+    return helpers.train_command(data, workdir, *RUN, steps=STEPS)
 
 
-def _run(data, workdir, variant="joint"):
-    return subprocess.run(_command(data, workdir, variant), cwd=ROOT, capture_output=True,
+def _run(data, workdir):
+    return subprocess.run(_command(data, workdir), cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
 
 
-def _start(data, workdir, log, variant="joint"):
-    return subprocess.Popen(_command(data, workdir, variant), cwd=ROOT, stdout=log,
+def _start(data, workdir, log):
+    return subprocess.Popen(_command(data, workdir), cwd=ROOT, stdout=log,
                             stderr=subprocess.STDOUT)
 
 
@@ -106,13 +84,14 @@ def _assert_same_checkpoint(a, b):
 
 
 @pytest.mark.slow  # three training processes; each draw's determinism has a fast test
-# adversarial: its baseline; frozen_generator: the temperature schedule, no generator slots
-@pytest.mark.parametrize("variant", ["joint", "adversarial", "frozen_generator"])
-def test_sigkill_at_a_random_moment_then_resume_is_exact(data, uninterrupted, tmp_path,
-                                                         variant):
+# A kill's resume goes through the checkpoint, the lock and the partial files, whatever the
+# algorithm: each algorithm's own state resumes exactly in the fast suite (adversarial's
+# baseline: training/test_adversarial.py; a frozen generator and its temperature schedule:
+# training/test_generator_init.py).
+def test_sigkill_at_a_random_moment_then_resume_is_exact(data, uninterrupted, tmp_path):
     workdir = str(tmp_path / "run")
     with open(tmp_path / "killed.log", "w") as log:
-        process = _start(data, workdir, log, variant)
+        process = _start(data, workdir, log)
         # Once two checkpoints exist, kill at a random moment of the next ~3 checkpoint
         # intervals (measured: machines differ several-fold), before the run's end:
         # inside a loop, between loops or while a checkpoint is being written.
@@ -128,13 +107,13 @@ def test_sigkill_at_a_random_moment_then_resume_is_exact(data, uninterrupted, tm
 
     # The killed run's lock (its pid gone) is taken over: the same command just resumes.
     assert os.path.exists(os.path.join(workdir, "lock.json"))
-    result = _run(data, workdir, variant)
+    result = _run(data, workdir)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Resumed from" in result.stderr and "Taking over" in result.stderr
     assert not os.path.exists(os.path.join(workdir, "lock.json"))
     final = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
     assert final.endswith(f"ckpt-{STEPS}")
-    _assert_same_checkpoint(final, uninterrupted(variant))
+    _assert_same_checkpoint(final, uninterrupted)
 
 
 @pytest.mark.slow  # tests/training/test_faults.py covers the mid-loop stop in process
@@ -159,7 +138,7 @@ def test_sigterm_saves_at_the_next_step_and_exits_0_then_resume_is_exact(
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"ckpt-{stopped_at}" in result.stderr
     _assert_same_checkpoint(
-        tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")), uninterrupted())
+        tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")), uninterrupted)
 
 
 @pytest.mark.slow  # tests/training/test_faults.py covers the stop and the names in process
@@ -188,7 +167,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(data, uninterr
     the state file names but that cannot be read (a damaged disk) is reported and the
     one before it restores, and the run retrains to the same weights."""
     workdir = tmp_path / "run"
-    shutil.copytree(os.path.dirname(os.path.dirname(uninterrupted())), workdir)
+    shutil.copytree(os.path.dirname(os.path.dirname(uninterrupted)), workdir)
     checkpoints = workdir / "checkpoints"
     assert _checkpoint_steps(str(workdir)) == [50, 60]
     (checkpoints / "ckpt-70.index").write_bytes(b"half-written")  # a crash while saving
@@ -199,7 +178,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(data, uninterr
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"Cannot read checkpoint {checkpoints / 'ckpt-60'}" in result.stderr
     assert f"Resumed from {checkpoints / 'ckpt-50'} at step 50" in result.stderr
-    _assert_same_checkpoint(str(checkpoints / "ckpt-60"), uninterrupted())
+    _assert_same_checkpoint(str(checkpoints / "ckpt-60"), uninterrupted)
 
 
 @pytest.mark.slow  # three training processes; the stream's own test is fast (test_order.py)

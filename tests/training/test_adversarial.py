@@ -15,6 +15,7 @@ from electra_tf import errors
 from electra_tf.model import objectives
 from electra_tf.serving import export
 from electra_tf.training import algorithms
+from tests import helpers
 from tests import test_objectives_cli as objectives_cli
 from tests import test_reliability as reliability
 from tests import test_train
@@ -164,12 +165,12 @@ def test_adversarial_errors_name_the_keys(change, message):
 def test_adversarial_trains_from_the_command_line_resumes_exactly_and_exports(data,
                                                                              tmp_path):
     whole, halves = str(tmp_path / "whole"), str(tmp_path / "halves")
-    objectives_cli._run(objectives_cli._command(data, whole, "electra", *QUICK,  # pylint: disable=protected-access
+    quick = (*QUICK, "--config.train.checkpoint_every=2")
+    objectives_cli._run(objectives_cli._command(data, whole, "electra", *quick,  # pylint: disable=protected-access
                                                 steps=4))
-    objectives_cli._run(objectives_cli._command(data, halves, "electra", *QUICK,  # pylint: disable=protected-access
-                                                steps=2))
+    helpers.rewind(whole, halves, 2)  # as if stopped after its checkpoint at step 2
     resumed = objectives_cli._run(objectives_cli._command(  # pylint: disable=protected-access
-        data, halves, "electra", *QUICK, steps=4))
+        data, halves, "electra", *quick, steps=4))
     assert "Resumed from" in resumed.stderr
     final = tf.train.latest_checkpoint(os.path.join(whole, "checkpoints"))
     reliability._assert_same_checkpoint(  # pylint: disable=protected-access

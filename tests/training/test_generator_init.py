@@ -26,6 +26,10 @@ from tests.convert import originals
 from tests.training import test_trainer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Fast-ELECTRA's setting: a converted generator, frozen, its softmax cooled from 3 to 1.
+FROZEN_GENERATOR = ("--config.model.tie=none", "--config.train.generator=frozen",
+                    "--config.model.temperature=3",
+                    "--config.model.temperature_schedule=linear")
 
 
 @pytest.fixture(scope="module")
@@ -244,7 +248,7 @@ def test_frozen_converted_generator_trains_resumes_exactly_and_exports(data, con
                                                                        tmp_path):
     whole, resumed = str(tmp_path / "whole"), str(tmp_path / "resumed")
     command = helpers.train_command(
-        data, whole, *reliability.FROZEN_GENERATOR, f"--config.model.generator_init="
+        data, whole, *FROZEN_GENERATOR, f"--config.model.generator_init="
         f"{converted['run']}", "--config.data.eval_files=", "--config.train.log_every=2",
         "--config.train.checkpoint_every=2", "--config.train.steps_per_loop=2", steps=4)
     env = helpers.child_env()
