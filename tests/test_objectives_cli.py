@@ -1,5 +1,6 @@
 """Every objective from the command line: trains, logs its own metrics, resumes exactly
-after a stop, exports the encoder and serves (a SIGKILL's resume: test_reliability.py).
+after a stop; one objective per serving head exports the encoder and serves (a SIGKILL's
+resume: test_reliability.py).
 (tests/model/test_objectives.py: each objective's forward, loss, metrics and FLOPs.)"""
 
 import json

@@ -87,7 +87,8 @@ def _assert_same_checkpoint(a, b):
 # A kill's resume goes through the checkpoint, the lock and the partial files, whatever the
 # algorithm: each algorithm's own state resumes exactly in the fast suite (adversarial's
 # baseline: training/test_adversarial.py; a frozen generator and its temperature schedule:
-# training/test_generator_init.py).
+# training/test_generator_init.py), there with the plain step (no micro-batches, blocks
+# not recomputed; adversarial uncompiled).
 def test_sigkill_at_a_random_moment_then_resume_is_exact(data, uninterrupted, tmp_path):
     workdir = str(tmp_path / "run")
     with open(tmp_path / "killed.log", "w") as log:

@@ -85,6 +85,13 @@ def test_learn_vocab_puts_special_tokens_first(learned):
     assert {"the", "quick", "playing"} <= set(tokens)
 
 
+def test_learn_vocab_learns_the_same_vocab_again(learned):
+    """Re-running the quickstart rebuilds its vocabulary: the run it resumes was made with
+    the same one (`check_same_run` compares them)."""
+    lines, tokens = learned
+    assert vl.learn_vocab(list(lines), vocab_size=90) == tokens
+
+
 def test_learn_vocab_size_is_an_upper_bound(learned):
     lines, tokens = learned
     assert 5 < len(tokens) <= 90

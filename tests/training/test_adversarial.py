@@ -1,7 +1,6 @@
 """The adversarial algorithm (training/algorithms/adversarial.py): its generator's gradient
 is the policy gradient of the discriminator's loss, worked out by hand on a tiny case; it
-trains from the command line, resumes exactly and exports the discriminator alone
-(after SIGKILL: tests/test_reliability.py)."""
+trains from the command line, resumes exactly and exports the discriminator alone."""
 
 import os
 import types
@@ -22,7 +21,7 @@ from tests import test_train
 from tests.training import test_trainer
 
 ADVERSARIAL = ("--config.train.algorithm=adversarial",)
-# Short and uncompiled (XLA is the SIGKILL test's): three runs of 2-4 steps, no evaluation.
+# Short and uncompiled: two runs of 2-4 steps, no evaluation.
 QUICK = (*ADVERSARIAL, "--config.data.eval_files=", "--config.train.jit_compile=false")
 
 

@@ -1,5 +1,5 @@
-"""The training algorithms' stages, variables, switch and errors (end to end, with
-SIGKILL: tests/test_objectives_cli.py)."""
+"""The training algorithms' stages, variables, switch and errors (end to end: two-stage in
+tests/test_objectives_cli.py, adversarial in test_adversarial.py)."""
 
 import keras
 import numpy as np

@@ -1,5 +1,5 @@
 """A generator you already have (training/generator_init.py), frozen or trained, and the
-sampling temperature's schedule (after SIGKILL: tests/test_reliability.py)."""
+sampling temperature's schedule."""
 
 import os
 import subprocess
