@@ -148,8 +148,8 @@ def test_plot_run_writes_a_png_of_train_and_eval_curves(tmp_path):
 @pytest.mark.slow  # the whole quickstart, seven processes (~2.5 minutes on 2 cores)
 def test_quickstart_runs_end_to_end(tmp_path):
     """README's first command, as a user runs it: the stdlib docs' corpus, the vocabulary,
-    the data, a few steps, the evaluation and the curves (re-running resumes: the train
-    binary's own resume is tests/test_train.py's)."""
+    the data, a few steps, the evaluation and the curves (a re-run rebuilds the same
+    vocabulary, tests/text/test_vocab.py, and resumes the run, tests/test_train.py)."""
     import subprocess  # pylint: disable=g-import-not-at-top
     import sys  # pylint: disable=g-import-not-at-top
     workdir = tmp_path / "quickstart"
