@@ -507,7 +507,10 @@ def test_the_whole_step_compiles_once():
     result = subprocess.run(
         [sys.executable, "-c", _WHOLE_STEP_SCRIPT], cwd=REPO, capture_output=True,
         text=True, timeout=600,
-        env=helpers.child_env(TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="device_compiler=3"))
+        # What is compiled, and how often, does not depend on how hard LLVM optimises the
+        # machine code it emits: not at all (level 0) compiles in about two thirds the time.
+        env=helpers.child_env(TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="device_compiler=3",
+                              XLA_FLAGS="--xla_backend_optimization_level=0"))
     assert result.returncode == 0, result.stderr[-3000:]
     results = [line.split()[1:] for line in result.stdout.splitlines()
                if line.startswith("RESULT")]
