@@ -1,7 +1,8 @@
 """Whole-word masking from the command line: trains and resumes exactly.
 (tests/data/test_masking.py: the selection itself, eagerly and inside tf.data.) Its
-checkpoint holds what a joint run's does, and serving masks nothing: the export of a
-joint run (tests/serving) covers it."""
+checkpoint holds what a joint run's does, and the export reads no masking setting.
+Trained runs are exported in tests/training (a frozen generator's through the tool,
+adversarial's) and, in the slow suite, a joint run's (test_url_paths, test_objectives_cli)."""
 
 import json
 import os

@@ -498,7 +498,7 @@ for precision, algorithm in (("float32", "joint"), ("float16", "joint"),
 """
 
 
-@pytest.mark.slow  # four compilations in a process (2.5-4 min); the whole step compiles
+@pytest.mark.slow  # four compilations in a process (2-5 min); the whole step compiles
 # in the fast suite too (test_the_whole_step_compiles_with_xla_on_one_device)
 def test_the_whole_step_compiles_once():
     """The whole step compiled once and reused at every step (it compiled again at every
@@ -508,9 +508,12 @@ def test_the_whole_step_compiles_once():
         [sys.executable, "-c", _WHOLE_STEP_SCRIPT], cwd=REPO, capture_output=True,
         text=True, timeout=600,
         # What is compiled, and how often, does not depend on how hard LLVM optimises the
-        # machine code it emits: not at all (level 0) compiles in about two thirds the time.
+        # machine code XLA emits (the results' checks are loose bounds): not at all
+        # (level 0) compiles the whole step in ~65% of the time, the test in ~86%.
         env=helpers.child_env(TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="device_compiler=3",
-                              XLA_FLAGS="--xla_backend_optimization_level=0"))
+                              XLA_FLAGS=" ".join(filter(None, (
+                                  os.environ.get("XLA_FLAGS"),
+                                  "--xla_backend_optimization_level=0")))))
     assert result.returncode == 0, result.stderr[-3000:]
     results = [line.split()[1:] for line in result.stdout.splitlines()
                if line.startswith("RESULT")]
