@@ -1,6 +1,8 @@
-"""Every numeric field of the pre-training and fine-tuning configs has a range, checked in
-one place before a run writes anything: a one-line `UserError` naming the key, the value
-and what it must be.
+"""Every numeric field of the pre-training and fine-tuning configs has a range, and every
+field that names a setting its choices, checked in one place before a run writes
+anything: a one-line `UserError` naming the key, the value and what it must be. This
+module imports no TensorFlow, so that the binaries answer a bad config at once, before
+TensorFlow's seconds of start-up.
 
 >>> from configs import electra
 >>> config = electra.get_config("tiny")
@@ -10,6 +12,12 @@ Traceback (most recent call last):
 ...
 electra_tf.errors.UserError: config.train.learning_rate=-0.001: must be a number > 0
 >>> config.train.learning_rate = 1e-3
+>>> config.train.optimizer = "sgd"
+>>> check(config)
+Traceback (most recent call last):
+...
+electra_tf.errors.UserError: config.train.optimizer='sgd': choose one of adamw, lamb
+>>> config.train.optimizer = "adamw"
 >>> check(config)
 
 A field missing from a config (a config.json of an older version) is not checked; a
@@ -153,6 +161,18 @@ FINETUNING = {
     "runtime.cpu_devices": CPU_DEVICES,
 }
 
+# The settings chosen by name, for both kinds of config; the modules that act on them take
+# their lists from here (the choices of a family of classes, objectives and algorithms, are
+# their registries').
+CHOICES = {
+    "train.remat": ("auto", "none", "selective", "blocks"),  # model/remat.py
+    "train.vocabulary_padding": ("auto", "none", "tiles"),  # model/heads.py
+    "train.xla_scope": ("auto", "whole_step", "forward_backward"),  # step_settings.py
+    "train.optimizer": ("adamw", "lamb"),  # training/optimizer.py
+    "train.mixed_precision": ("auto", "float32", "bfloat16", "float16"),  # distribute.py
+    "runtime.strategy": ("auto", "tpu", "mirrored", "multi_worker", "one_device"),
+}
+
 
 def ranges_for(config) -> dict[str, Range]:
     """The ranges of `config`'s kind: fine-tuning configs name a task."""
@@ -160,9 +180,10 @@ def ranges_for(config) -> dict[str, Range]:
 
 
 def check(config, keys=None) -> None:
-    """A `UserError` for the first field of `config` out of its range; `keys`
-    ("section.name"): those fields alone, for a function that reads a few of a config
-    that no run checked (`model_config.shape` of a config.json)."""
+    """A `UserError` for the first field of `config` out of its range or not among its
+    `CHOICES`; `keys` ("section.name"): those numeric fields alone, for a function that
+    reads a few of a config that no run checked (`model_config.shape` of a
+    config.json)."""
     ranges = ranges_for(config)
     for key in ranges if keys is None else keys:
         section, name = key.split(".")
@@ -174,6 +195,10 @@ def check(config, keys=None) -> None:
             raise errors.UserError(f"config.{key}={value!r}: {why}")
     if keys is not None:
         return
+    for key, choices in CHOICES.items():
+        section, name = key.split(".")
+        if section in config and name in config[section]:
+            errors.check_choice(f"config.{key}", config[section][name], choices)
     data = config["data"] if "task" not in config and "data" in config else {}
     if "mask_token_rate" in data and "random_token_rate" in data:
         mask, random = data["mask_token_rate"], data["random_token_rate"]

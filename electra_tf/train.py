@@ -10,6 +10,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from electra_tf import cli
+from electra_tf import model_config
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file and size, e.g. configs/electra.py:small.",
@@ -21,6 +22,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    model_config.checked(_CONFIG.value)  # a bad config answered before TensorFlow loads
     from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
     logging.set_verbosity(logging.INFO)
     results = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)

@@ -15,7 +15,9 @@ from configs import finetune
 from electra_tf import config_check
 from electra_tf import errors
 from electra_tf import model_config
+from electra_tf.model import context
 from electra_tf.training import algorithms
+from electra_tf.training import optimizer
 from tests import helpers
 
 CONFIGS = {"electra:tiny": lambda: electra.get_config("tiny"),
@@ -156,3 +158,33 @@ def test_finetune_binary_exits_2_before_writing(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         "error: config.train.epochs=-1.0: must be a number > 0")
     assert not run.exists()
+
+
+def test_the_train_binary_answers_a_bad_config_before_tensorflow_loads(data, tmp_path):
+    """Ranges, choices and the shape need no TensorFlow (`model_config.checked`): the
+    answer comes in a fraction of a second, not after TF's seconds of start-up."""
+    run = tmp_path / "run"
+    result = subprocess.run(
+        helpers.train_command(data, str(run), "--config.train.optimizer=sgd", steps=2),
+        cwd=helpers.ROOT, capture_output=True, text=True, timeout=300,
+        env=helpers.child_env(PYTHONPROFILEIMPORTTIME="1"))
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1] == "error: config.train.optimizer='sgd': choose one of adamw, lamb"
+    imported = {line.rsplit("|", 1)[-1].strip() for line in lines if "|" in line}
+    assert "electra_tf.model_config" in imported  # the import times are there
+    assert not {"tensorflow", "keras"} & imported
+    assert not run.exists()
+
+
+def test_the_choices_are_those_the_modules_act_on():
+    assert tuple(optimizer.OPTIMIZERS) == config_check.CHOICES["train.optimizer"]
+    assert ("auto",) + context.REMAT_MODES == config_check.CHOICES["train.remat"]
+    for key, choices in config_check.CHOICES.items():
+        config = electra.get_config("tiny")
+        section, name = key.split(".")
+        assert config[section][name] in choices, key  # the default is a choice
+        config[section][name] = "nonesuch"
+        with pytest.raises(errors.UserError, match=rf"^config.{key}='nonesuch': choose "
+                                                   rf"one of {', '.join(choices)}$"):
+            model_config.checked(config)

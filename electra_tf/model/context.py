@@ -41,9 +41,10 @@ from typing import Any
 
 import tensorflow as tf
 
+from electra_tf import config_check
 from electra_tf import errors
 
-REMAT_MODES = ("none", "selective", "blocks")  # what `remat` may be (model/remat.py)
+REMAT_MODES = config_check.CHOICES["train.remat"][1:]  # what `remat` may be: all but auto
 _ACTIVE = contextvars.ContextVar("electra_tf_step_context", default=None)
 
 

@@ -16,6 +16,7 @@ import keras_hub
 import tensorflow as tf
 
 from electra_tf import compat
+from electra_tf import config_check
 from electra_tf import errors
 from electra_tf.model import activations
 from electra_tf.model import encoder
@@ -27,7 +28,7 @@ from electra_tf.model import encoder
 # GEMMs, BENCHMARKS.md "GPU"). A CPU's GEMMs have no such tiles: there the training step
 # runs unpadded (`padding_multiple`, config.train.vocabulary_padding=auto).
 VOCABULARY_MULTIPLE = 128
-PADDINGS = ("auto", "none", "tiles")  # config.train.vocabulary_padding
+PADDINGS = config_check.CHOICES["train.vocabulary_padding"]
 
 
 def padded_vocabulary(vocabulary_size: int, multiple: int = VOCABULARY_MULTIPLE) -> int:

@@ -67,6 +67,7 @@ import keras
 import tensorflow as tf
 
 from electra_tf import compat
+from electra_tf import config_check
 from electra_tf import errors
 from electra_tf.model import activations
 from electra_tf.model import attention
@@ -75,7 +76,7 @@ from electra_tf.model import dropout as dropout_lib
 from electra_tf.model import projection as projection_lib
 
 MODES = context_lib.REMAT_MODES  # a step context's `remat`
-CHOICES = ("auto",) + MODES  # config.train.remat
+CHOICES = config_check.CHOICES["train.remat"]  # auto, then MODES
 # `auto` chooses `none` where the estimate takes at most this share of what the weights
 # and optimizer state leave of the device's memory: XLA's temporaries, the allocator's
 # fragmentation and the input pipeline's buffers need the rest.

@@ -17,27 +17,23 @@ import tensorflow as tf
 from absl import logging
 
 from electra_tf import compat
+from electra_tf import config_check
 from electra_tf import errors
 
-STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "one_device")
-MIXED_PRECISION = ("auto", "float32", "bfloat16", "float16")
+STRATEGIES = config_check.CHOICES["runtime.strategy"]
+MIXED_PRECISION = config_check.CHOICES["train.mixed_precision"]
 
 
 def check_strategy(runtime) -> None:
     """A one-line `UserError` unless `config.runtime.strategy` is one of `STRATEGIES`
     (needs no device: the pre-training and fine-tuning `validate` call it)."""
-    if runtime.strategy not in STRATEGIES:
-        raise errors.UserError(f"config.runtime.strategy: unknown strategy "
-                               f"{runtime.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    errors.check_choice("config.runtime.strategy", runtime.strategy, STRATEGIES)
 
 
 def check_mixed_precision(mixed_precision: str) -> None:
     """A one-line `UserError` unless `config.train.mixed_precision` is one of
     `MIXED_PRECISION` (needs no device: the pre-training `validate` calls it)."""
-    if mixed_precision not in MIXED_PRECISION:
-        raise errors.UserError(f"config.train.mixed_precision: unknown value "
-                               f"{mixed_precision!r}; choose one of "
-                               f"{', '.join(MIXED_PRECISION)}")
+    errors.check_choice("config.train.mixed_precision", mixed_precision, MIXED_PRECISION)
 
 
 def split_cpu(num_devices: int):

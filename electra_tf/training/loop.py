@@ -16,7 +16,6 @@ import time
 import tensorflow as tf
 from absl import logging
 
-from electra_tf import config_check
 from electra_tf import errors
 from electra_tf import model_config
 from electra_tf import progress
@@ -24,7 +23,6 @@ from electra_tf import workdir as workdir_lib
 from electra_tf.data import order
 from electra_tf.data import pipeline
 from electra_tf.model import objectives
-from electra_tf.model import remat
 from electra_tf.text import tokenizer
 from electra_tf.training import algorithms
 from electra_tf.training import checkpointing
@@ -32,36 +30,25 @@ from electra_tf.training import distribute
 from electra_tf.training import faults
 from electra_tf.training import generator_init
 from electra_tf.training import memory
-from electra_tf.training import optimizer as optimizer_lib
 from electra_tf.training import predictions
 from electra_tf.training import preemption
-from electra_tf.training import step_settings
 from electra_tf.training import summaries
 from electra_tf.training import trainer as trainer_lib
 
 
 def validate(config):
     """The config a pre-training run trains with, or a one-line `UserError` naming the
-    key: every key present (`model_config.complete`: an earlier version's config.json
-    lacks the later ones), every value in its range (`config_check`) or among its
-    choices (remat, xla_scope, the optimizer, mixed precision and strategy named), the
-    shape resolved and explicit, as config.json keeps it (a generator_init's generator:
-    its own), the objective for its tie and algorithm, the generator mode, the
-    temperature schedule and the algorithm. Each check is written once, beside the
-    allowed values or in the function that resolves the value (`remat.check_remat`,
-    `step_settings.check_vocabulary_padding`,
-    `distribute.check_strategy`, `optimizer.check_optimizer`, ...); this runs every
-    one that needs no device, data or workdir (what depends on the strategy, e.g. float16
-    needing a GPU, the Trainer checks). The loop, `experiments/variants.py` and the
-    training benchmark call it before anything is built or written."""
-    config = model_config.complete(config)
-    config_check.check(config)
-    remat.check_remat(config.train.remat)
-    step_settings.check_vocabulary_padding(config.train.vocabulary_padding)
-    step_settings.check_xla_scope(config.train.xla_scope)
-    optimizer_lib.check_optimizer(config.train)
-    distribute.check_mixed_precision(config.train.mixed_precision)
-    distribute.check_strategy(config.runtime)
+    key: first what needs no TensorFlow (`model_config.checked`: every key present, as
+    an earlier version's config.json lacks the later ones; every value in its range or
+    among its choices, `config_check`; the shape), then the shape resolved and explicit,
+    as config.json keeps it (a generator_init's generator: its own), the objective for
+    its tie and algorithm, the generator mode, the temperature schedule and the
+    algorithm. Each check is written once, beside the allowed values or in the function
+    that resolves the value; this runs every one that needs no device, data or workdir
+    (what depends on the strategy, e.g. float16 needing a GPU, the Trainer checks). The
+    loop, `experiments/variants.py` and the training benchmark call it before anything
+    is built or written."""
+    config = model_config.checked(config)
     resolved = model_config.resolve(generator_init.configure(config))
     model_config.objective(resolved)
     model_config.generator_mode(resolved)

@@ -112,7 +112,7 @@ class Lamb(compat.GradientsSummedByCaller, keras.optimizers.Lamb):
     pass
 
 
-# config.train.optimizer's choices.
+# config.train.optimizer's choices, in config_check.CHOICES' order.
 OPTIMIZERS = {"adamw": AdamW, "lamb": Lamb}
 
 
@@ -131,10 +131,7 @@ def no_decay_variables(*models: keras.Layer) -> list:
 def check_optimizer(train_config) -> None:
     """A one-line `UserError` unless `config.train.optimizer` names one of `OPTIMIZERS`
     (the pre-training `validate` calls it before anything is built)."""
-    if train_config.optimizer not in OPTIMIZERS:
-        raise errors.UserError(f"config.train.optimizer: unknown optimizer "
-                               f"{train_config.optimizer!r}; choose one of "
-                               f"{', '.join(OPTIMIZERS)}")
+    errors.check_choice("config.train.optimizer", train_config.optimizer, OPTIMIZERS)
 
 
 def create_optimizer(train_config, model: keras.Model, dtype_policy: str = "float32",

@@ -8,13 +8,14 @@ pre-training `validate`.
 
 import tensorflow as tf
 
+from electra_tf import config_check
 from electra_tf import errors
 from electra_tf.model import heads
 from electra_tf.model import remat
 from electra_tf.training import distribute
 
 
-XLA_SCOPES = ("auto", "whole_step", "forward_backward")
+XLA_SCOPES = config_check.CHOICES["train.xla_scope"]
 
 
 def check_xla_scope(scope: str) -> None:

@@ -22,7 +22,7 @@ def test_validate_returns_a_checked_copy_and_names_a_bad_key():
             ("data.doc_stride", 0, "config.data.doc_stride=0: must be a whole number >= 1"),
             ("predict_test", True, "config.predict_test: SQuAD's test set is hidden"),
             ("task", "squad3", "config.task='squad3': choose one of"),
-            ("runtime.strategy", "gpu", "config.runtime.strategy: unknown strategy 'gpu'")):
+            ("runtime.strategy", "gpu", "config.runtime.strategy='gpu': choose one of")):
         bad = finetune_configs.get_config("squad2")
         section, _, field = key.rpartition(".")
         (bad[section] if section else bad)[field] = value
