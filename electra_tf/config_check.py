@@ -1,8 +1,8 @@
 """Every numeric field of the pre-training and fine-tuning configs has a range, and every
 field that names a setting its choices, checked in one place before a run writes
 anything: a one-line `UserError` naming the key, the value and what it must be. This
-module imports no TensorFlow, so that the binaries answer a bad config at once, before
-TensorFlow's seconds of start-up.
+module imports no TensorFlow, so that the train binary answers a bad config at once,
+before TensorFlow's seconds of start-up (`model_config.checked`).
 
 >>> from configs import electra
 >>> config = electra.get_config("tiny")
@@ -162,13 +162,15 @@ FINETUNING = {
 }
 
 # The settings chosen by name, for both kinds of config; the modules that act on them take
-# their lists from here (the choices of a family of classes, objectives and algorithms, are
-# their registries').
+# their lists from here (a family of classes, the objectives and algorithms, is chosen
+# from its registry, after TensorFlow loads).
 CHOICES = {
     "train.remat": ("auto", "none", "selective", "blocks"),  # model/remat.py
     "train.vocabulary_padding": ("auto", "none", "tiles"),  # model/heads.py
     "train.xla_scope": ("auto", "whole_step", "forward_backward"),  # step_settings.py
     "train.optimizer": ("adamw", "lamb"),  # training/optimizer.py
+    "train.generator": ("train", "frozen"),  # model_config.generator_mode
+    "model.temperature_schedule": ("constant", "linear", "cosine"),  # model/sampling.py
     "train.mixed_precision": ("auto", "float32", "bfloat16", "float16"),  # distribute.py
     "runtime.strategy": ("auto", "tpu", "mirrored", "multi_worker", "one_device"),
 }

@@ -302,7 +302,7 @@ def pretrainer(config, vocabulary_size: int, dtype=None):
         mask_prob=config.data.mask_prob)
 
 
-GENERATOR_MODES = ("train", "frozen")
+GENERATOR_MODES = config_check.CHOICES["train.generator"]
 
 
 def generator_mode(config) -> str:

@@ -15,7 +15,6 @@ from configs import finetune
 from electra_tf import config_check
 from electra_tf import errors
 from electra_tf import model_config
-from electra_tf.model import context
 from electra_tf.training import algorithms
 from electra_tf.training import optimizer
 from tests import helpers
@@ -171,15 +170,18 @@ def test_the_train_binary_answers_a_bad_config_before_tensorflow_loads(data, tmp
     assert result.returncode == 2, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert lines[-1] == "error: config.train.optimizer='sgd': choose one of adamw, lamb"
-    imported = {line.rsplit("|", 1)[-1].strip() for line in lines if "|" in line}
-    assert "electra_tf.model_config" in imported  # the import times are there
-    assert not {"tensorflow", "keras"} & imported
+    imported = [line.rsplit("|", 1)[-1].strip() for line in lines
+                if line.startswith("import time:")]
+    # Every process that started (the binary restarts itself once for huge pages, with
+    # the environment) listed its imports, the one that answered included.
+    assert imported.count("site") == imported.count("electra_tf.model_config") >= 1
+    assert not {"tensorflow", "keras"} & set(imported)
     assert not run.exists()
 
 
 def test_the_choices_are_those_the_modules_act_on():
+    # The one list kept beside its code (the others are CHOICES' own).
     assert tuple(optimizer.OPTIMIZERS) == config_check.CHOICES["train.optimizer"]
-    assert ("auto",) + context.REMAT_MODES == config_check.CHOICES["train.remat"]
     for key, choices in config_check.CHOICES.items():
         config = electra.get_config("tiny")
         section, name = key.split(".")

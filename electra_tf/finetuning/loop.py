@@ -208,8 +208,9 @@ def complete(config) -> ml_collections.ConfigDict:
 def validate(config) -> ml_collections.ConfigDict:
     """The config a fine-tuning run trains with (`complete`: a copy of `config`), or a
     one-line `UserError` naming the key: the task known, every value in its range and
-    the strategy among its choices (`config_check`), and the task's own checks (`Task.check_config`). Each check is written once, where the value is used;
-    this runs every one that needs no device, data, model or workdir. The loop and
+    the strategy among its choices (`config_check`), and the task's own checks
+    (`Task.check_config`). Each check is written once, where the value is used; this runs
+    every one that needs no device, data, model or workdir. The loop and
     `experiments/compare.py` call it before anything is built or written. What the
     pre-trained model decides (a learning rate of 0: its shape's) the loop fills once it
     has read it."""

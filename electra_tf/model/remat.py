@@ -85,8 +85,8 @@ HEADROOM = 0.6
 
 def check_remat(mode: str) -> None:
     """A one-line `UserError` unless `config.train.remat` (`mode`) is one of `CHOICES`
-    (needs no device: the pre-training `validate` calls it, and the trainer before
-    `choose`)."""
+    (the trainer calls it before `choose`; the pre-training `validate` checks the list in
+    `config_check` first)."""
     errors.check_choice("config.train.remat", mode, CHOICES)
 
 

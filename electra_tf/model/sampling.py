@@ -25,8 +25,10 @@ import math
 
 import tensorflow as tf
 
+from electra_tf import config_check
+
 BLOCK = 128
-SCHEDULES = ("constant", "linear", "cosine")
+SCHEDULES = config_check.CHOICES["model.temperature_schedule"]
 
 
 @dataclasses.dataclass(frozen=True)

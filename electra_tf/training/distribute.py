@@ -26,13 +26,14 @@ MIXED_PRECISION = config_check.CHOICES["train.mixed_precision"]
 
 def check_strategy(runtime) -> None:
     """A one-line `UserError` unless `config.runtime.strategy` is one of `STRATEGIES`
-    (needs no device: the pre-training and fine-tuning `validate` call it)."""
+    (`get_strategy` calls it; both loops' `validate` check the list in `config_check`)."""
     errors.check_choice("config.runtime.strategy", runtime.strategy, STRATEGIES)
 
 
 def check_mixed_precision(mixed_precision: str) -> None:
     """A one-line `UserError` unless `config.train.mixed_precision` is one of
-    `MIXED_PRECISION` (needs no device: the pre-training `validate` calls it)."""
+    `MIXED_PRECISION` (at the point of use; the pre-training `validate` checks the list in
+    `config_check` first)."""
     errors.check_choice("config.train.mixed_precision", mixed_precision, MIXED_PRECISION)
 
 

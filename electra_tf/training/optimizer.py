@@ -130,7 +130,8 @@ def no_decay_variables(*models: keras.Layer) -> list:
 
 def check_optimizer(train_config) -> None:
     """A one-line `UserError` unless `config.train.optimizer` names one of `OPTIMIZERS`
-    (the pre-training `validate` calls it before anything is built)."""
+    (`create_optimizer` calls it; the pre-training `validate` checks the list in
+    `config_check` before anything is built)."""
     errors.check_choice("config.train.optimizer", train_config.optimizer, OPTIMIZERS)
 
 

@@ -1,9 +1,9 @@
 """What one replica's training step compiles, recomputes and splits into: each resolved
 from the config and the strategy, with a one-line `UserError` where they disagree,
 before the `Trainer` builds its step (`Trainer.__init__`'s `# ---- what XLA compiles`
-block reads `xla_scope`; `remat_mode` and `micro_batches` come before it). The checks
-that need no strategy (`check_xla_scope`, `remat.check_remat`) also run in the
-pre-training `validate`.
+block reads `xla_scope`; `remat_mode` and `micro_batches` come before it). The choices
+that need no strategy (xla_scope, remat, vocabulary_padding) the pre-training `validate`
+checks first, against their lists in `config_check.CHOICES`.
 """
 
 import tensorflow as tf
@@ -20,7 +20,7 @@ XLA_SCOPES = config_check.CHOICES["train.xla_scope"]
 
 def check_xla_scope(scope: str) -> None:
     """A one-line `UserError` unless `config.train.xla_scope` (`scope`) is one of
-    `XLA_SCOPES` (needs no device: the pre-training `validate` calls it, and `xla_scope`)."""
+    `XLA_SCOPES` (`xla_scope` calls it)."""
     errors.check_choice("config.train.xla_scope", scope, XLA_SCOPES)
 
 
@@ -79,7 +79,7 @@ def remat_mode(mode: str, strategy, model, local_batch: int, seq_len: int,
 
 def check_vocabulary_padding(mode: str) -> None:
     """A one-line `UserError` unless `config.train.vocabulary_padding` (`mode`) is one of
-    `heads.PADDINGS` (needs no device: the pre-training `validate` calls it)."""
+    `heads.PADDINGS` (`vocabulary_multiple` calls it)."""
     errors.check_choice("config.train.vocabulary_padding", mode, heads.PADDINGS)
 
 

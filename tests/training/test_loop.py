@@ -92,7 +92,8 @@ def test_a_config_of_an_earlier_version_validates_as_it_ran():
 
 def test_validate_checks_the_choices_the_trainer_and_strategy_resolve(tmp_path):
     """The optimizer, mixed precision and strategy named are checked before anything
-    is built, by the same check their makers run (a variant fails at planning)."""
+    is built, against the lists their makers use (`config_check.CHOICES`; a variant
+    fails at planning)."""
     for key, value, message in (
             ("train.optimizer", "adamx", "config.train.optimizer='adamx': choose one of "
                                          "adamw, lamb"),
