@@ -1,5 +1,5 @@
-"""Every numeric field of the pre-training and fine-tuning configs has a range, and every
-field that names a setting its choices, checked in one place before a run writes
+"""Every numeric field of the pre-training and fine-tuning configs has a range, and each
+setting chosen by name its choices (`CHOICES`), checked in one place before a run writes
 anything: a one-line `UserError` naming the key, the value and what it must be. This
 module imports no TensorFlow, so that the train binary answers a bad config at once,
 before TensorFlow's seconds of start-up (`model_config.checked`).
