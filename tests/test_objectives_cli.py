@@ -1,7 +1,9 @@
 """Every objective from the command line: trains, logs its own metrics, resumes exactly
-after a stop; one objective per serving head exports the encoder and serves (a SIGKILL's
-resume: test_reliability.py).
-(tests/model/test_objectives.py: each objective's forward, loss, metrics and FLOPs.)"""
+after a stop (all_tokens_mlm: as replace_mlm does); one objective per serving head
+exports the encoder and serves (a SIGKILL's resume: test_reliability.py). Weight sharings
+and whole-word masking ride along on some cases.
+(tests/model/test_objectives.py: each objective's forward, loss, metrics and FLOPs;
+tests/data/test_masking.py: whole-word selection itself, eagerly and inside tf.data.)"""
 
 import json
 import os
@@ -17,6 +19,7 @@ from configs import electra as electra_configs
 from electra_tf import convert
 from electra_tf import errors
 from electra_tf import model_config
+from electra_tf.data import pipeline
 from electra_tf.serving import export
 from electra_tf.text import tokenizer
 from electra_tf.training import checkpointing
@@ -32,12 +35,27 @@ RUN = ("--config.train.checkpoint_every=10", "--config.train.steps_per_loop=5",
 OWN_METRIC = {"mlm": "masked_lm_accuracy", "electra_15": "disc_auc",
               "replace_mlm": "lm_accuracy", "all_tokens_mlm": "lm_loss",
               "electric": "cloze_accuracy"}
-# case: (objective, overrides); tie=gdes rides along (electra with its embeddings).
+# case: (objective, overrides); options ride along: tie=gdes (electra with its
+# embeddings), tie=none (electra_15: the generator's own embeddings), whole-word masking
+# (replace_mlm: it trains, resumes and exports as a run without it does).
 CASES = {**{name: (name, ()) for name in OWN_METRIC},
-         "electra_gdes": ("electra", ("--config.model.tie=gdes",))}
+         "electra_15": ("electra_15", ("--config.model.tie=none",)),
+         "electra_gdes": ("electra", ("--config.model.tie=gdes",)),
+         "replace_mlm": ("replace_mlm", ("--config.data.whole_word_masking=true",))}
 # The cases exported and served: one per head that serves its own way (`Objective.serve`);
 # electra_15 serves as electra does, all_tokens_mlm as replace_mlm.
 SERVED = ("electra_gdes", "electric", "mlm", "replace_mlm")
+# all_tokens_mlm's state and draws are replace_mlm's (only its targets differ): it trains
+# and logs, and replace_mlm's case resumes.
+NOT_RESUMED = ("all_tokens_mlm",)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """The shared training data, but "happy" is two tokens, "hap ##py": words of
+    several pieces for whole-word masking."""
+    words = [w for w in helpers.WORDS if w != "happy"] + ["hap", "##py"]
+    return helpers.write_training_data(tmp_path_factory.mktemp("data"), words)
 
 
 def _command(data, workdir, objective, *overrides, steps=20):
@@ -51,20 +69,25 @@ def _run(command):
     return result
 
 
-@pytest.mark.slow  # six cases × two training processes, four with an export
+@pytest.mark.slow  # six cases, five with two training processes, four with an export
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_objective_trains_resumes_exactly_exports_and_serves(case, data, tmp_path):
     objective, overrides = CASES[case]
     whole, halves = str(tmp_path / "whole"), str(tmp_path / "halves")
     _run(_command(data, whole, objective, *overrides))
-    helpers.rewind(whole, halves, 10)  # as if stopped after its checkpoint at step 10
-    assert "Resumed from" in _run(_command(data, halves, objective, *overrides)).stderr
-    reliability._assert_same_checkpoint(  # pylint: disable=protected-access
-        tf.train.latest_checkpoint(os.path.join(halves, "checkpoints")),
-        tf.train.latest_checkpoint(os.path.join(whole, "checkpoints")))
+    if case not in NOT_RESUMED:
+        helpers.rewind(whole, halves, 10)  # as if stopped after its checkpoint at step 10
+        assert "Resumed from" in _run(_command(data, halves, objective, *overrides)).stderr
+        reliability._assert_same_checkpoint(  # pylint: disable=protected-access
+            tf.train.latest_checkpoint(os.path.join(halves, "checkpoints")),
+            tf.train.latest_checkpoint(os.path.join(whole, "checkpoints")))
 
-    assert json.load(open(os.path.join(whole, "config.json")))["model"]["objective"] == \
-        objective
+    saved = json.load(open(os.path.join(whole, "config.json")))["model"]
+    assert saved["objective"] == objective
+    if case == "electra_15":  # tie none: the generator has embeddings of its own
+        assert (saved["tie"], saved["generator_embedding_size"]) == ("none", 32)
+    if case == "replace_mlm":  # the flag reached config.json and the masking it builds
+        _assert_masks_whole_words(whole, data)
     for logs in ("train", "eval"):
         metric = test_train._scalars(  # pylint: disable=protected-access
             os.path.join(whole, "logs", logs), OWN_METRIC.get(objective, "disc_auc"))
@@ -79,22 +102,37 @@ def test_objective_trains_resumes_exactly_exports_and_serves(case, data, tmp_pat
     export_dir = str(tmp_path / "models" / "1")
     _run([sys.executable, "tools/export_savedmodel.py", f"--workdir={whole}",
           f"--output={export_dir}"])
-    served = helpers.session_run(export_dir, {
+    requests = {
         "text": ("serving_default", {"text": np.array(["the cat sat on the mat ."], object)}),
-        "encode": ("encode", {"text": np.array(["the cat sat ."], object)})},
-        str(tmp_path / "served"))
+        "encode": ("encode", {"text": np.array(["the cat sat ."], object)})}
+    if objective == "electric":  # a text's score in one pass
+        requests["score"] = ("score", {"text": np.array(["the cat sat .", "sat . the cat"],
+                                                        object)})
+    served = helpers.session_run(export_dir, requests, str(tmp_path / "served"))
     assert served["encode"]["sequence_output"].shape == (1, 32, 64)
     if objective == "electra":
         assert served["text"]["replaced_probability"].shape == (1, 32)
-    elif objective == "electric":  # energies, and a text's score in one pass
+    elif objective == "electric":  # energies, and the score
         assert served["text"]["energies"].shape == (1, 32)
-        scored = helpers.session_run(export_dir, {"score": ("score", {"text": np.array(
-            ["the cat sat .", "sat . the cat"], object)})}, str(tmp_path / "scored"))
-        assert scored["score"]["score"].shape == (2,)
-        assert scored["score"]["score"][0] != scored["score"]["score"][1]
+        assert served["score"]["score"].shape == (2,)
+        assert served["score"]["score"][0] != served["score"]["score"][1]
     else:  # an MLM head: the token it predicts at each position
         assert served["text"]["predicted_tokens"].shape == (1, 32)
         assert served["text"]["predicted_tokens"][0, 1] != b""
+
+
+def _assert_masks_whole_words(workdir, data):
+    """The run's config.json builds whole-word masking: its batches mask "##py"."""
+    config = ml_collections.ConfigDict(json.load(open(os.path.join(workdir, "config.json"))))
+    vocab = tokenizer.Vocab.load(data["vocab"])
+    masking_config = pipeline.masking_config(config, vocab)
+    assert masking_config.whole_word_masking
+    assert [vocab.tokens[i] for i in masking_config.continuation_ids] == [
+        "##py", "##s", "##ed"]
+    batch = next(iter(pipeline.pretraining_dataset(
+        pipeline.config_files(config, "train_files", vocab), 16, 32, masking_config, seed=0)))
+    ids, chosen = batch["input_ids"].numpy(), batch["masked_lm_ids"].numpy()
+    assert vocab.id("##py") in ids and vocab.id("##py") in chosen
 
 
 def test_resuming_with_another_objective_is_refused(tmp_path):
@@ -122,15 +160,17 @@ def _weights(workdir, checkpoint, part):
     return {v.path: v.numpy() for v in getattr(model, part).weights}
 
 
-@pytest.mark.slow  # four training processes
+@pytest.mark.slow  # three training processes
 def test_two_stage_freezes_the_generator_and_resumes_exactly_across_the_switch(data,
                                                                                tmp_path):
+    # Checkpoints at 5, 10, 15 and 20: stops before the switch (step 8) and after it.
+    command = ("electra", *TWO_STAGE, "--config.data.eval_files=",
+               "--config.train.checkpoint_every=5", "--config.train.keep_checkpoints=4")
     whole = str(tmp_path / "whole")
-    _run(_command(data, whole, "electra", *TWO_STAGE, "--config.data.eval_files=",
-                  "--config.train.keep_checkpoints=3"))
+    _run(_command(data, whole, *command))
     checkpoints = os.path.join(whole, "checkpoints")
     at_10, at_20 = (os.path.join(checkpoints, f"ckpt-{n}") for n in (10, 20))
-    # After the switch (step 8) the generator is frozen; the discriminator trains.
+    # After the switch the generator is frozen; the discriminator trains.
     for part in ("generator", "generator_head"):
         g10, g20 = (_weights(whole, p, part) for p in (at_10, at_20))
         for name, value in g10.items():
@@ -140,23 +180,15 @@ def test_two_stage_freezes_the_generator_and_resumes_exactly_across_the_switch(d
     assert tf.train.load_checkpoint(at_20).get_tensor(
         "switch_step/.ATTRIBUTES/VARIABLE_VALUE") == 8
 
-    # 5 steps (the generator only), then the same command to 20 steps: across the switch.
-    halves = str(tmp_path / "halves")
-    _run(_command(data, halves, "electra", *TWO_STAGE, "--config.data.eval_files=",
-                  steps=5))
-    result = _run(_command(data, halves, "electra", *TWO_STAGE, "--config.data.eval_files="))
-    assert "Resumed from" in result.stderr and "two_stage: step 8" in result.stderr
-    reliability._assert_same_checkpoint(  # pylint: disable=protected-access
-        tf.train.latest_checkpoint(os.path.join(halves, "checkpoints")), at_20)
-
-    # Stopped after the switch (its checkpoint at step 10), the same command resumes the
-    # discriminator's stage to the same step 20.
-    after = helpers.rewind(whole, str(tmp_path / "after"), 10)
-    result = _run(_command(data, after, "electra", *TWO_STAGE, "--config.data.eval_files=",
-                           "--config.train.keep_checkpoints=3"))
-    assert "Resumed from" in result.stderr
-    reliability._assert_same_checkpoint(  # pylint: disable=protected-access
-        tf.train.latest_checkpoint(os.path.join(after, "checkpoints")), at_20)
+    # Stopped at step 5 (the generator's stage), the same command resumes across the
+    # switch; stopped at 10 (the discriminator's), it resumes that stage: both to step 20.
+    for step in (5, 10):
+        resumed = helpers.rewind(whole, str(tmp_path / f"from_{step}"), step)
+        result = _run(_command(data, resumed, *command))
+        assert "Resumed from" in result.stderr
+        assert ("two_stage: step 8" in result.stderr) == (step < 8), result.stderr[-3000:]
+        reliability._assert_same_checkpoint(  # pylint: disable=protected-access
+            tf.train.latest_checkpoint(os.path.join(resumed, "checkpoints")), at_20)
 
 
 def test_conversion_takes_electra_runs_only(tmp_path):

@@ -29,13 +29,26 @@ RUN = ("--config.data.eval_files=", "--config.train.checkpoint_every=10",
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(data, tmp_path_factory):
-    """The final checkpoint of a run (`_command`) that nothing interrupts (once per
-    module)."""
-    workdir = str(tmp_path_factory.mktemp("uninterrupted") / "run")
-    result = _run(data, workdir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+def first_run(data, tmp_path_factory):
+    """A run (`_command`) that nothing interrupts, and a second run on its workdir started
+    a moment after it with another learning rate, which must refuse (once per module):
+    {"workdir", "pid" (the first's), "second" (the second's CompletedProcess)}."""
+    directory = tmp_path_factory.mktemp("uninterrupted")
+    workdir, log_path = str(directory / "run"), str(directory / "first.log")
+    with open(log_path, "w") as log:
+        first = _start(data, workdir, log)
+        _wait_for(lambda: os.path.exists(os.path.join(workdir, "lock.json")), first)
+        second = subprocess.run(
+            _command(data, workdir) + ["--config.train.learning_rate=0.01"], cwd=ROOT,
+            capture_output=True, text=True, timeout=600)
+        assert first.wait(timeout=600) == 0, open(log_path).read()[-3000:]
+    return {"workdir": workdir, "pid": first.pid, "second": second}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(first_run):
+    """The final checkpoint of the run that nothing interrupts (`first_run`)."""
+    return tf.train.latest_checkpoint(os.path.join(first_run["workdir"], "checkpoints"))
 
 
 def _command(data, workdir):
@@ -228,21 +241,15 @@ def test_a_run_resumed_at_a_forged_billionth_step_continues_exactly(data, tmp_pa
     assert moments and sum(not np.array_equal(before[n], after[n]) for n in moments) > 10
 
 
-@pytest.mark.slow  # two training processes; the lock's own tests are fast (test_workdir.py)
-def test_a_second_run_on_a_busy_workdir_refuses_and_the_first_keeps_its_own(data, tmp_path):
+@pytest.mark.slow  # the lock's own tests are fast (test_workdir.py)
+def test_a_second_run_on_a_busy_workdir_refuses_and_the_first_keeps_its_own(first_run):
     """Started a moment after the first with another learning rate, the second run exits
     2 naming the first; the first ends with its own config, checkpoints and events."""
-    workdir = str(tmp_path / "run")
-    with open(tmp_path / "first.log", "w") as log:
-        first = _start(data, workdir, log)
-        _wait_for(lambda: os.path.exists(os.path.join(workdir, "lock.json")), first)
-        second = subprocess.run(
-            _command(data, workdir) + ["--config.train.learning_rate=0.01"], cwd=ROOT,
-            capture_output=True, text=True, timeout=600)
-        assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-3000:]
+    workdir, second = first_run["workdir"], first_run["second"]
     assert second.returncode == 2, second.stderr[-3000:]
     last = second.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"error: {workdir} is in use by another run (pid {first.pid} ")
+    assert last.startswith(f"error: {workdir} is in use by another run "
+                           f"(pid {first_run['pid']} ")
     assert "Traceback" not in second.stderr
     with open(os.path.join(workdir, "config.json")) as f:
         assert json.load(f)["train"]["learning_rate"] == 2e-3  # the tiny config's, not 0.01

@@ -1,6 +1,8 @@
-"""Any model shape, end to end from the command line: a shape no preset has, and each
-weight sharing (tie none / all), trains, resumes exactly, exports, serves in TF Serving's
-loader; the custom shape also fine-tunes (tests/test_model_config.py: the resolution)."""
+"""Any model shape, end to end from the command line: a shape no preset has, and one
+encoder for both models (tie all), trains, resumes exactly, exports, serves in TF Serving's
+loader (tests/test_model_config.py: the resolution; tie none rides along with electra_15
+in tests/test_objectives_cli.py and the two-stage test; fine-tuning from the custom
+shape's config.json: tests/convert/test_workdir.py)."""
 
 import json
 import os
@@ -12,7 +14,6 @@ import pytest
 import tensorflow as tf
 
 from tests import helpers
-from tests.finetuning import test_finetune
 
 ROOT = os.path.dirname(os.path.abspath(__file__ + "/.."))
 # The issue's example: hidden 96, 3 layers, 3 heads, FFN 384, embeddings 48, 128 positions.
@@ -21,7 +22,6 @@ CUSTOM = ("--config.model.hidden_size=96", "--config.model.num_layers=3",
           "--config.model.embedding_size=48", "--config.model.max_position_embeddings=128")
 SHAPES = {
     "custom": CUSTOM,
-    "tie_none": ("--config.model.tie=none",),
     "tie_all": ("--config.model.tie=all",),
 }
 RUN = ("--config.data.eval_files=", "--config.train.checkpoint_every=10",
@@ -46,7 +46,7 @@ def _weights(workdir):
             if name.startswith("model/")}
 
 
-@pytest.mark.slow  # three shapes × two training processes, an export each, fine-tuning
+@pytest.mark.slow  # two shapes × two training processes, an export each
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_shape_trains_resumes_exactly_exports_and_serves(shape, data, tmp_path):
     whole = str(tmp_path / "whole")
@@ -64,11 +64,9 @@ def test_shape_trains_resumes_exactly_exports_and_serves(shape, data, tmp_path):
         assert (saved["hidden_size"], saved["num_heads"], saved["embedding_size"],
                 saved["max_position_embeddings"], saved["generator_hidden_size"]) == (
                     96, 3, 48, 128, 48)
-    elif shape == "tie_all":  # one encoder: no generator/ weights of its own
+    else:  # tie all: one encoder, no generator/ weights of its own
         assert saved["tie"] == "all" and saved["generator_hidden_size"] == 64
         assert not [n for n in a if n.startswith("model/generator/")]
-    else:
-        assert (saved["tie"], saved["generator_embedding_size"]) == ("none", 32)
 
     export_dir = str(tmp_path / "models" / "1")
     _run([sys.executable, "tools/export_savedmodel.py", f"--workdir={whole}",
@@ -79,9 +77,3 @@ def test_shape_trains_resumes_exactly_exports_and_serves(shape, data, tmp_path):
     assert served["replaced_probability"].shape == (1, 32)
     assert 0 < served["replaced_probability"][0, 1] < 1
 
-    if shape == "custom":  # fine-tuning reads the shape from the run's config.json
-        task_data = test_finetune._toy_data(tmp_path, "sst2", 48, 16)  # pylint: disable=protected-access
-        result = _run(helpers.finetune_command(
-            "sst2", f"{tmp_path}/sst2", whole, task_data, "--config.train.batch_size=16",
-            "--config.train.epochs=1", "--config.runtime.strategy=one_device", seq=32))
-        assert "best validation: accuracy=" in result.stdout
