@@ -42,6 +42,9 @@ def first_run(data, tmp_path_factory):
             _command(data, workdir) + ["--config.train.learning_rate=0.01"], cwd=ROOT,
             capture_output=True, text=True, timeout=600)
         assert first.wait(timeout=600) == 0, open(log_path).read()[-3000:]
+    # Refused, it wrote nothing here (the busy-workdir test checks its error and the
+    # workdir): the other tests may take the run as uninterrupted.
+    assert second.returncode == 2, second.stderr[-3000:]
     return {"workdir": workdir, "pid": first.pid, "second": second}
 
 

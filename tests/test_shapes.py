@@ -1,8 +1,9 @@
 """Any model shape, end to end from the command line: a shape no preset has, and one
 encoder for both models (tie all), trains, resumes exactly, exports, serves in TF Serving's
-loader (tests/test_model_config.py: the resolution; tie none rides along with electra_15
-in tests/test_objectives_cli.py and the two-stage test; fine-tuning from the custom
-shape's config.json: tests/convert/test_workdir.py)."""
+loader (tests/test_model_config.py: the resolution). Elsewhere: tie none trains and
+resumes with electra_15 (tests/test_objectives_cli.py) and two_stage, and exports in
+tests/training/test_generator_init.py; the custom shape fine-tunes from a workdir's
+config.json in tests/convert/test_workdir.py."""
 
 import json
 import os

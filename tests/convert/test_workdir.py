@@ -98,3 +98,4 @@ def test_a_discriminator_alone_exports_and_pretrains_with_a_fresh_generator(tmp_
     task = test_finetune._toy_data(tmp_path / "glue", "sst2", 32, 16)  # pylint: disable=protected-access
     config = test_finetune._config("sst2", out, str(task), epochs=1)  # pylint: disable=protected-access
     best = finetuning.finetune(config, str(tmp_path / "sst2"))
+    assert 0 <= best["validation"]["accuracy"] <= 1, best  # it trained and evaluated
