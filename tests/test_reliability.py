@@ -248,8 +248,8 @@ def test_a_run_resumed_at_a_forged_billionth_step_continues_exactly(data, tmp_pa
 def test_a_second_run_on_a_busy_workdir_refuses_and_the_first_keeps_its_own(first_run):
     """Started a moment after the first with another learning rate, the second run exits
     2 naming the first; the first ends with its own config, checkpoints and events."""
+    # first_run checks that the second run exited 2.
     workdir, second = first_run["workdir"], first_run["second"]
-    assert second.returncode == 2, second.stderr[-3000:]
     last = second.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {workdir} is in use by another run "
                            f"(pid {first_run['pid']} ")
