@@ -37,6 +37,11 @@ TF_ENVIRONMENT = {
 # folded constant on the host at once (BENCHMARKS.md, "Memory"); XLA folds them itself. TF
 # aborts at start on a TF_XLA_FLAGS entry it does not know.
 XLA_NO_CONSTANT_FOLDING = "--tf_xla_disable_constant_folding=true"
+# TF's XLA-bridge flag (=DIR): JIT-compiled executables are saved in DIR and a process
+# that compiles the same program (signature, HLO, device) loads one instead. Its key holds
+# neither XLA_FLAGS nor the compiling machine; a damaged entry fails the compilation. The
+# test suite shares one directory between its processes (conftest.py); binaries never set it.
+XLA_PERSISTENT_CACHE = "--tf_xla_persistent_cache_directory"
 
 
 def tf_environment(environ) -> dict:

@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 
+from electra_tf import compat
 from electra_tf.data import writer
 from electra_tf.model import context
 from electra_tf.text import corpus
@@ -32,6 +33,15 @@ def child_env(**extra):
                PYTHONPATH=os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p))
     env.update(extra)
     return env
+
+
+def without_xla_cache(env):
+    """`env` without the session's shared XLA executables (conftest.py): for a process that
+    compiles under XLA_FLAGS of its own (the cache's key holds none of them) or counts its
+    compilations (a loaded executable is not compiled)."""
+    flags = [flag for flag in env.get("TF_XLA_FLAGS", "").split()
+             if not flag.startswith(compat.XLA_PERSISTENT_CACHE)]
+    return {**env, "TF_XLA_FLAGS": " ".join(flags)}
 
 
 def run_tool(tool, *args, timeout=600):

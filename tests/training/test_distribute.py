@@ -510,10 +510,10 @@ def test_the_whole_step_compiles_once():
         # What is compiled, and how often, does not depend on how hard LLVM optimises the
         # machine code XLA emits (the results' checks are loose bounds): not at all
         # (level 0) compiles the whole step in ~65% of the time, the test in ~86%.
-        env=helpers.child_env(TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="device_compiler=3",
-                              XLA_FLAGS=" ".join(filter(None, (
-                                  os.environ.get("XLA_FLAGS"),
-                                  "--xla_backend_optimization_level=0")))))
+        env=helpers.without_xla_cache(helpers.child_env(
+            TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="device_compiler=3",
+            XLA_FLAGS=" ".join(filter(None, (os.environ.get("XLA_FLAGS"),
+                                             "--xla_backend_optimization_level=0"))))))
     assert result.returncode == 0, result.stderr[-3000:]
     results = [line.split()[1:] for line in result.stdout.splitlines()
                if line.startswith("RESULT")]
