@@ -37,8 +37,8 @@ def child_env(**extra):
 
 def without_xla_cache(env):
     """`env` without the session's shared XLA executables (conftest.py): for a process that
-    compiles under XLA_FLAGS of its own (the cache's key holds none of them) or counts its
-    compilations (a loaded executable is not compiled)."""
+    compiles under XLA_FLAGS of its own, whose executables would be saved under keys that
+    hold none of them, and loaded by processes that run without those flags."""
     flags = [flag for flag in env.get("TF_XLA_FLAGS", "").split()
              if not flag.startswith(compat.XLA_PERSISTENT_CACHE)]
     return {**env, "TF_XLA_FLAGS": " ".join(flags)}
