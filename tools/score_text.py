@@ -100,7 +100,7 @@ def read_groups(path: str, pairs: bool) -> list[list[str]]:
 def one_pass(model, ids, mask, segments, batch_size: int):
     """(token scores [N, S], rows run): the objective's one-pass `export.score`."""
     function = tf.function(lambda *a: export.score(model, *a)["token_scores"],
-                           reduce_retracing=True)
+                           reduce_retracing=True, autograph=False)
     out = [function(ids[i:i + batch_size], mask[i:i + batch_size],
                     segments[i:i + batch_size]).numpy()
            for i in range(0, len(ids), batch_size)]
@@ -111,7 +111,7 @@ def pseudo_log_likelihood(model, mask_id: int, ids, mask, segments, batch_size: 
     """(token scores [N, S], rows run): log P(token t | the text with t masked) at every
     token but [CLS]/[SEP] (`base.candidates`), one row per token, `batch_size` rows a
     pass; 0 elsewhere."""
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def log_probability(row_ids, row_mask, row_segments, positions, targets):
         sequence = model.discriminator({"token_ids": row_ids, "segment_ids": row_segments,
                                         "padding_mask": row_mask}, training=False)

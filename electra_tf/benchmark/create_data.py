@@ -23,7 +23,7 @@ def run(workdir: str, corpus_path: str, vocab, *, seq_len: int,
     size_mb = os.path.getsize(corpus_path) / 1e6
 
     tokenizer = tokenizer_lib.make_tokenizer(vocab)
-    tokenize = tf.function(tokenizer.tokenize)
+    tokenize = tf.function(tokenizer.tokenize, autograph=False)
     tokenize(tf.constant(lines[:8]))  # trace outside the timing
     start = time.perf_counter()
     for i in range(0, len(lines), 2048):

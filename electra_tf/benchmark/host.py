@@ -132,7 +132,7 @@ def matmul_peak_flops(n: int, dtype: str = "float32", repeats: int = 5,
     flops = per_repeat * 2 * n ** 3
     out = {}
     for name, jit in (("tensorflow", False), ("xla", True)):
-        fn = tf.function(chain, jit_compile=jit)
+        fn = tf.function(chain, jit_compile=jit, autograph=False)
         out[name] = flops / best_time(lambda fn=fn: fn(a, b).numpy())
     if dtype != "float32":
         return out

@@ -194,6 +194,7 @@ class _Epochs:
                                     num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         dataset = dataset.skip(skip_records)
 
+        @tf.autograph.experimental.do_not_convert
         def permute(index, block):  # block: [≤ block_size] serialized records
             permutation = tf.random.experimental.stateless_shuffle(
                 tf.range(tf.size(block, tf.int64)), self._seed(epoch, 1, index),
@@ -218,7 +219,8 @@ class _Epochs:
         first = self._epoch(tf.constant(epoch, tf.int64), first_chunk, skip,
                             tf.constant(block, tf.int64), in_block)
         rest = tf.data.Dataset.range(epoch + 1, 2**62).flat_map(
-            lambda e: self._epoch(e, 0, 0, tf.constant(0, tf.int64), 0))
+            tf.autograph.experimental.do_not_convert(
+                lambda e: self._epoch(e, 0, 0, tf.constant(0, tf.int64), 0)))
         # Said, since flat_map's cardinality is unknown: tf.distribute gives an endless
         # dataset's batches their static shape on every worker (a finite one may end on
         # one worker first, so multi-worker iterators would make the batch size dynamic).
@@ -226,6 +228,7 @@ class _Epochs:
             tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
 
 
+@tf.autograph.experimental.do_not_convert
 def _read_chunk(file, offset, count):
     """The `count` records of `file` from byte `offset` on (one seek; no record before
     it is read). Made only inside `interleave`/`flat_map`, at run time (see

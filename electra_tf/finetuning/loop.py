@@ -97,6 +97,7 @@ def _dataset(strategy, rows: task_lib.Rows, global_batch, training, seed, epoch=
                    for k, v in columns.items()}
         columns["position"][n:] = -1
 
+    @tf.autograph.experimental.do_not_convert
     def prepare(batch):
         inputs, labels = rows.prepare({k: v for k, v in batch.items() if k != "position"})
         return inputs, labels, batch["position"]
@@ -108,7 +109,8 @@ def _dataset(strategy, rows: task_lib.Rows, global_batch, training, seed, epoch=
         data = data.batch(global_batch, drop_remainder=True).skip(skip)
         share = global_batch // context.num_input_pipelines
         first = context.input_pipeline_id * share
-        data = data.map(lambda c: {k: x[first:first + share] for k, x in c.items()})
+        data = data.map(tf.autograph.experimental.do_not_convert(
+            lambda c: {k: x[first:first + share] for k, x in c.items()}))
         data = data.unbatch().batch(context.get_per_replica_batch_size(global_batch),
                                     drop_remainder=True)
         return data.map(prepare, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
@@ -144,8 +146,8 @@ class FineTuner:
                 var_list=optimizer_lib.no_decay_variables(self.model))
             self.optimizer.build(self.model.trainable_variables)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-        self.train_steps = tf.function(self._train_steps)
-        self._eval_step = tf.function(self._eval_step)
+        self.train_steps = tf.function(self._train_steps, autograph=False)
+        self._eval_step = tf.function(self._eval_step, autograph=False)
 
     def _replica_step(self, inputs, labels):
         with tf.GradientTape() as tape:
@@ -157,12 +159,13 @@ class FineTuner:
         return loss
 
     def _train_steps(self, iterator, num_steps):
-        total = tf.constant(0.0)
-        for _ in tf.range(num_steps):
+        def step(done, total):
             inputs, labels, _ = next(iterator)
             loss = self.strategy.run(self._replica_step, args=(inputs, labels))
-            total += self.strategy.reduce(SUM, loss, axis=None)
             self.step.assign_add(1)
+            return done + 1, total + self.strategy.reduce(SUM, loss, axis=None)
+        _, total = tf.while_loop(lambda done, _: done < num_steps, step,
+                                 (tf.zeros_like(num_steps), tf.constant(0.0)))
         return total / tf.cast(num_steps, tf.float32)
 
     def _eval_step(self, inputs, positions):

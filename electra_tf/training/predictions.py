@@ -88,7 +88,7 @@ def predict_fn(model, temperature=None, vocabulary_multiple=None):
     return tf.function(lambda batch, uniform: model.objective.forward(
         model, batch, context.StepContext(
             uniform=uniform, temperature=temperature() if temperature else None,
-            vocabulary_multiple=vocabulary_multiple)))
+            vocabulary_multiple=vocabulary_multiple)), autograph=False)
 
 
 def summary_line(tokens: list[Token]) -> str:

@@ -21,6 +21,11 @@ the whole step compiled (one GPU, TPUs), the loop itself runs inside XLA, one la
 per loop (`_compile_xla_loop`; one replica function, `_replica_loop`, for both), and
 `stop_requested` is read between launches.
 
+Nothing here is converted by autograph (`tf.function(..., autograph=False)`; its loops
+are `tf.while_loop`s): converting the ~50 functions a step calls cost each process ~8 s
+of its start, and each converted call holds a copy of `short_tracebacks()`' file set for
+as long as its ops live (WORKSPACE.md, Conventions, "No autograph").
+
 What a step's pass needs besides its batch is one immutable value, the step context
 (`model/context.py`), built once per step by `step_context` and handed down as one
 argument: `objective.forward(model, batch, context)` runs the model's passes in it, and
@@ -130,13 +135,15 @@ class Trainer:
         whole_step = self.xla_scope == "whole_step"
         self._jit_step = whole_step and not distribute.is_tpu(strategy)
         self._forward_backward = (self._forward_backward_pass if whole_step else
-                                  tf.function(self._forward_backward_pass, jit_compile=jit))
-        self._forward = tf.function(self._forward_pass, jit_compile=jit)  # evaluation
+                                  tf.function(self._forward_backward_pass, jit_compile=jit,
+                                              autograph=False))
+        self._forward = tf.function(self._forward_pass, jit_compile=jit,  # evaluation
+                                    autograph=False)
 
         self.stage = self.algorithm.stage(0)  # host state: `start_loop` sets it
         self._train_loops = {}  # stage → its compiled loop (`train_loop`)
         self._compiled_stages = set()  # stages whose loop has run (`run_loop`)
-        self.eval_batch = tf.function(self._eval_batch_fn)
+        self.eval_batch = tf.function(self._eval_batch_fn, autograph=False)
         self.predict = predictions.predict_fn(  # the predictions view's, at the step's
             self.model, lambda: self.temperature(self.step.value()),  # temperature
             vocabulary_multiple=self.vocabulary_multiple)
@@ -188,17 +195,20 @@ class Trainer:
                 return tf.reshape(t, [n, self.local_batch // n] + t.shape[1:].as_list())
             batches = {k: split(t) for k, t in batch.items()}
             uniforms = split(context.uniform)
-            grads = [tf.zeros(v.shape, v.dtype) for v in variables]
-            values = {k: tf.constant(0.0) for k in ("loss", *self.objective.loss_names)}
-            for micro in tf.range(n):
+
+            def accumulate(micro, grads, values):
                 micro_batch = {k: t[micro] for k, t in batches.items()}
                 micro_grads, outputs, micro_values = self._forward_backward(
                     micro_batch, counts,
                     context.for_block(context.block * n + micro, uniforms[micro]))
-                grads = [_add_gradient(g, m) for g, m in zip(grads, micro_grads)]
-                values = {k: values[k] + micro_values[k] for k in values}
                 if metrics is not None:
                     metrics.update(micro_batch, outputs, micro_values)
+                return (micro + 1, [_add_gradient(g, m) for g, m in zip(grads, micro_grads)],
+                        {k: values[k] + micro_values[k] for k in values})
+            _, grads, values = tf.while_loop(
+                lambda micro, *_: micro < n, accumulate,
+                (tf.constant(0), [tf.zeros(v.shape, v.dtype) for v in variables],
+                 {k: tf.constant(0.0) for k in ("loss", *self.objective.loss_names)}))
         # Sum over replicas here (not in Keras) so that clipping sees the global gradient.
         return tf.distribute.get_replica_context().all_reduce(SUM, grads), values
 
@@ -287,22 +297,14 @@ class Trainer:
         def step_fn(batch, step):
             return self.train_step(batch, step, stage)
 
-        def loop(iterator, num_steps):
-            # Short stacks on the traced ops: less memory held after XLA's compilation
-            # (training/tracebacks.py).
-            with tracebacks.short_tracebacks():
-                # The stop test in the condition: a `break` would nest the step in one more
-                # graph, with its own copy of the compiled pass (BENCHMARKS.md, "Memory").
-                done = tf.zeros_like(num_steps)
-                while tf.logical_and(done < num_steps, self._running()):
-                    bad = self.strategy.run(step_fn,
-                                            args=(next(iterator), self.step.value()))
-                    which, skipped = self._nonfinite_bits(
-                        self.strategy.experimental_local_results(bad)[0] > 0)
-                    self.step.assign_add(1)
-                    self._record_nonfinite(which, skipped)
-                    done += 1
-        return tf.function(loop)
+        def launch(iterator, num_steps, done):  # pylint: disable=unused-argument
+            bad = self.strategy.run(step_fn, args=(next(iterator), self.step.value()))
+            which, skipped = self._nonfinite_bits(
+                self.strategy.experimental_local_results(bad)[0] > 0)
+            self.step.assign_add(1)
+            self._record_nonfinite(which, skipped)
+            return done + 1
+        return self._loop(launch)
 
     def _compile_xla_loop(self, stage: str, jit_compile: bool):
         """The loop of the whole step, its steps inside XLA: each launch runs up to
@@ -323,22 +325,35 @@ class Trainer:
         size = self.config.train.steps_per_loop
         replica_loop = self._replica_loop(stage, jit_compile)
 
+        def launch(iterator, num_steps, done):
+            count = tf.minimum(num_steps - done, size)
+            first = next(iterator)
+            batches = [first] + [self._read_if(i < count, iterator, first)
+                                 for i in range(1, size)]
+            ran, which, skipped = (
+                self.strategy.experimental_local_results(value)[0]
+                for value in self.strategy.run(
+                    replica_loop, args=(batches, count, self.step.value())))
+            self.step.assign_add(tf.cast(ran, tf.int64))
+            self._record_nonfinite(which, skipped)
+            return done + count
+        return self._loop(launch)
+
+    def _loop(self, launch):
+        """The compiled `loop(iterator, num_steps)`: `done = launch(iterator, num_steps,
+        done)` from 0 while `done < num_steps` and the run goes on (`_running`)."""
         def loop(iterator, num_steps):
+            # Short stacks on the traced ops: less memory held after XLA's compilation
+            # (training/tracebacks.py).
             with tracebacks.short_tracebacks():
-                done = tf.zeros_like(num_steps)
-                while tf.logical_and(done < num_steps, self._running()):
-                    count = tf.minimum(num_steps - done, size)
-                    first = next(iterator)
-                    batches = [first] + [self._read_if(i < count, iterator, first)
-                                         for i in range(1, size)]
-                    ran, which, skipped = (
-                        self.strategy.experimental_local_results(value)[0]
-                        for value in self.strategy.run(
-                            replica_loop, args=(batches, count, self.step.value())))
-                    self.step.assign_add(tf.cast(ran, tf.int64))
-                    self._record_nonfinite(which, skipped)
-                    done += count
-        return tf.function(loop)
+                # The stop test in the condition: a branch in the body would nest the
+                # step in one more graph, with its own copy of the compiled pass
+                # (BENCHMARKS.md, "Memory").
+                tf.while_loop(
+                    lambda done: tf.logical_and(done < num_steps, self._running()),
+                    lambda done: (launch(iterator, num_steps, done),),
+                    (tf.zeros_like(num_steps),))
+        return tf.function(loop, autograph=False)
 
     def _replica_loop(self, stage: str, jit_compile: bool):
         """What one replica runs in one launch of `_compile_xla_loop`: `steps(batches,
@@ -369,7 +384,8 @@ class Trainer:
                 return tf.logical_and(i < count, tf.equal(which, 0))
             none = tf.constant(0, tf.int64)
             return tf.while_loop(more, run, (tf.zeros_like(count), none, none))
-        return tf.function(steps, jit_compile=True) if jit_compile else steps
+        return (tf.function(steps, jit_compile=True, autograph=False) if jit_compile
+                else steps)
 
     def _read_if(self, read, iterator, otherwise):
         """`next(iterator)` if `read`, else `otherwise` (a batch read before), one
@@ -490,13 +506,10 @@ class Trainer:
                     [self.strategy.experimental_local_results(g)[0] for g in grads])
         # Compiled as the step is: whole where the step is compiled whole; else its
         # forward/backward pass is.
-        return tf.function(run, jit_compile=self._jit_step or None)(
+        return tf.function(run, jit_compile=self._jit_step or None, autograph=False)(
             dist_batch, tf.constant(step, tf.int64))
 
 
-# Not autograph-converted: autograph would copy short_tracebacks()' file set for each of
-# the per-variable calls the micro-batch loop traces (BENCHMARKS.md, "Memory").
-@tf.autograph.experimental.do_not_convert
 def _add_gradient(total, gradient):
     """total + gradient, for a gradient that may be `IndexedSlices` (an embedding's rows).
     Scattered with the total's static row count: XLA cannot convert IndexedSlices to
