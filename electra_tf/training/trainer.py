@@ -22,9 +22,10 @@ per loop (`_compile_xla_loop`; one replica function, `_replica_loop`, for both),
 `stop_requested` is read between launches.
 
 Nothing here is converted by autograph (`tf.function(..., autograph=False)`; its loops
-are `tf.while_loop`s): converting the ~50 functions a step calls cost each process ~8 s
-of its start, and each converted call holds a copy of `short_tracebacks()`' file set for
-as long as its ops live (WORKSPACE.md, Conventions, "No autograph").
+are `tf.while_loop`s): converting the ~50 functions a step calls took each process ~5 s
+in the converter (~8 s of its start), and each converted call holds a copy of
+`short_tracebacks()`' file set for as long as its ops live (WORKSPACE.md, Conventions,
+"No autograph").
 
 What a step's pass needs besides its batch is one immutable value, the step context
 (`model/context.py`), built once per step by `step_context` and handed down as one
@@ -208,7 +209,8 @@ class Trainer:
             _, grads, values = tf.while_loop(
                 lambda micro, *_: micro < n, accumulate,
                 (tf.constant(0), [tf.zeros(v.shape, v.dtype) for v in variables],
-                 {k: tf.constant(0.0) for k in ("loss", *self.objective.loss_names)}))
+                 {k: tf.constant(0.0) for k in ("loss", *self.objective.loss_names)}),
+                maximum_iterations=n)
         # Sum over replicas here (not in Keras) so that clipping sees the global gradient.
         return tf.distribute.get_replica_context().all_reduce(SUM, grads), values
 
