@@ -1,12 +1,12 @@
 """Flags that several tools share: where the corpus comes from, and the early check of
-an output path (a tool finds a bad one before its work, not after)."""
+an output path (a tool finds a bad one before its work, not after). Importing this
+imports no TensorFlow: a tool that checks its flags first answers a bad one at once."""
 
 import os
 
 from absl import flags
 
 from electra_tf import errors
-from electra_tf.text import corpus
 
 
 def define_corpus_flags():
@@ -18,7 +18,9 @@ def define_corpus_flags():
     flags.DEFINE_string("tfds_text_key", "text", "The TFDS feature that holds the text.")
 
 
-def open_corpus_from_flags() -> corpus.Corpus:
+def open_corpus_from_flags():
+    """The `corpus.Corpus` that --input or --tfds name."""
+    from electra_tf.text import corpus  # pylint: disable=g-import-not-at-top
     f = flags.FLAGS
     return corpus.open_corpus(f.input, f.tfds, f.tfds_data_dir, f.tfds_text_key)
 

@@ -44,11 +44,13 @@ def without_xla_cache(env):
     return {**env, "TF_XLA_FLAGS": " ".join(flags)}
 
 
-def run_tool(tool, *args, timeout=600):
+def run_tool(tool, *args, timeout=600, first_on_path=None):
     """`python tools/<tool> ARGS` from the checkout's root, with this checkout's electra_tf
-    first on the path (wherever the package is installed); the CompletedProcess."""
+    first on the path (wherever the package is installed), after `first_on_path` if
+    given; the CompletedProcess."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (first_on_path, ROOT, env.get("PYTHONPATH")) if p)
     return subprocess.run([sys.executable, os.path.join(ROOT, "tools", tool), *args],
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
 

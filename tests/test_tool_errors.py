@@ -26,7 +26,8 @@ def w(tmp_path_factory):
 
 
 # (tool, arguments, what the error line says, paths that must be as they were); {w} is
-# the fixture's directory. Each case is one tool process (~5 s of TF start-up).
+# the fixture's directory. Each case is one tool process (~5 s of TF start-up, but for
+# the tools of BEFORE_TENSORFLOW).
 CASES = {
     "vocab_blank_corpus": (
         "build_vocab.py", ["--input={w}/blank.txt", "--output={w}/vocab.txt", "--overwrite"],
@@ -96,12 +97,30 @@ CASES = {
 }
 
 
+# Cases a tool answers before it imports TensorFlow (in ~0.6 s, not after TF's start-up):
+# they run with a `tensorflow` on the path that cannot be imported.
+BEFORE_TENSORFLOW = ("export_under_a_file", "sample_corpus_under_a_file",
+                     "plot_output_is_a_directory")
+
+
+@pytest.fixture(scope="module")
+def no_tensorflow(tmp_path_factory):
+    """A folder whose `tensorflow` package fails to import."""
+    package = tmp_path_factory.mktemp("no_tensorflow") / "tensorflow"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "raise ImportError('TensorFlow imported before the flags were checked')\n")
+    return str(package.parent)
+
+
 @pytest.mark.parametrize("case", CASES)
-def test_bad_input_is_one_line_and_loses_nothing(w, case):
+def test_bad_input_is_one_line_and_loses_nothing(w, no_tensorflow, case):
     tool, args, expected, kept = CASES[case]
     before = {path: helpers.snapshot(w / path) if (w / path).exists() else None
               for path in kept}
-    result = helpers.run_tool(tool, *(a.format(w=w) for a in args), timeout=300)
+    result = helpers.run_tool(
+        tool, *(a.format(w=w) for a in args), timeout=300,
+        first_on_path=no_tensorflow if case in BEFORE_TENSORFLOW else None)
     line = helpers.one_line_error(result)
     for fragment in expected:
         assert fragment.format(w=w) in line, line

@@ -18,7 +18,6 @@ if __name__ == "__main__":  # run as a tool, not imported (tests import some too
 from absl import flags
 
 from electra_tf import flags as common_flags
-from electra_tf.text import corpus
 
 _OUTPUT = flags.DEFINE_string("output", None, "Text file to write.", required=True)
 _HELDOUT_OUTPUT = flags.DEFINE_string(
@@ -33,6 +32,7 @@ def main(argv):
     for flag in (_OUTPUT, _HELDOUT_OUTPUT):
         if flag.value:
             common_flags.check_output_path(flag.name, flag.value)
+    from electra_tf.text import corpus  # pylint: disable=g-import-not-at-top
     documents = list(corpus.stdlib_documents())
     heldout = []
     if _HELDOUT_OUTPUT.value:

@@ -20,7 +20,6 @@ from absl import logging
 
 from electra_tf import errors
 from electra_tf import flags as common_flags
-from electra_tf.serving import export
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's --workdir.",
                                required=True)
@@ -43,7 +42,9 @@ def main(argv):
     del argv
     logging.set_verbosity(logging.INFO)  # its progress lines
     common_flags.check_output_path("output", _OUTPUT.value, directory=True)
+    # TensorFlow from here on: a bad --output is answered without waiting for it.
     from electra_tf.finetuning import loop  # pylint: disable=g-import-not-at-top
+    from electra_tf.serving import export  # pylint: disable=g-import-not-at-top
     if loop.is_finetuning_run(_WORKDIR.value):
         if _VOCAB_FILE.value:
             raise errors.UserError("--vocab_file: a fine-tuning run exports with its own "
