@@ -1,8 +1,8 @@
 """A whole run with every path a URL, as a TPU run has them on gs://, twice: on TF's
 `ram://` in one process (no Python `open()` or `os.path` call reads it), and on `gs://`
 through TF's own GCS client, over HTTPS to an emulator (tests/gcs_emulator.py).
-Create data → pre-train → resume → export → fine-tune, through the functions the binaries
-call, on the tiny model for a few steps."""
+Create data → pre-train → resume → export → fine-tune → convert, through the functions
+the binaries call, on the tiny model for a few steps."""
 
 import csv
 import io
@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from configs import electra as electra_configs  # pylint: disable=g-bad-import-order
 from configs import finetune as finetune_configs
+from electra_tf import convert
 from electra_tf import workdir as workdir_lib
 from electra_tf.data import writer
 from electra_tf.finetuning import loop as finetune_loop
@@ -114,3 +115,30 @@ def test_fine_tuning_reads_writes_and_exports_there(pretrained, root):
     assert served.shape == (2, 2)
     np.testing.assert_allclose(served.sum(-1), 1.0, rtol=1e-5)
     assert not [name for name in tf.io.gfile.listdir(workdir) if name.startswith(".")]
+
+
+def test_the_run_converts_to_every_format_there(pretrained, root, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a writer that used `open()` on the URL would write here
+    weights = convert.read("electra_tf", pretrained)
+    config = workdir_lib.read_json(pretrained, workdir_lib.CONFIG)
+    vocab = f"{pretrained}/vocab.txt"
+    for fmt in convert.FORMATS_OUT:
+        options = {"config": config} if fmt == "electra_tf" else {}
+        convert.write(fmt, weights, f"{root}/converted/{fmt}", vocab, **options)
+    assert os.listdir(tmp_path) == []
+    listed = {fmt: sorted(n.rstrip("/") for n in tf.io.gfile.listdir(f"{root}/converted/{fmt}"))
+              for fmt in convert.FORMATS_OUT}
+    assert listed["keras_hub"] == ["config.json", "metadata.json", "model.weights.h5"]
+    assert listed["hf"] == ["discriminator", "generator"]
+    for part in listed["hf"]:
+        assert sorted(tf.io.gfile.listdir(f"{root}/converted/hf/{part}")) == [
+            "config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"]
+    # `ram://` takes any prefix of a file's name for a folder, so TF's checkpoint reader
+    # looks for DIR/model.ckpt/checkpoint there: the TF1 checkpoint is read back on gs://.
+    readable = [f for f in convert.FORMATS_IN if f != "tf1" or root.startswith("gs://")]
+    for fmt in readable:
+        again = convert.read(fmt, f"{root}/converted/{fmt}")
+        assert again.spec == weights.spec, fmt
+        assert again.tensors.keys() == weights.tensors.keys(), fmt
+        for name, array in weights.tensors.items():
+            np.testing.assert_array_equal(again.tensors[name], array, err_msg=f"{fmt} {name}")

@@ -18,9 +18,9 @@ def run(workdir: str, corpus_path: str, vocab, *, seq_len: int,
     # Here, not at the top: tools/benchmark.py's other modes run where Apache Beam is
     # not installed (the GPU machines' pack, tools/device/rehearse.sh).
     from electra_tf.data import beam  # pylint: disable=g-import-not-at-top
-    with open(corpus_path, encoding="utf-8") as f:
+    with tf.io.gfile.GFile(corpus_path, "r") as f:
         lines = [line.strip() for line in f]
-    size_mb = os.path.getsize(corpus_path) / 1e6
+    size_mb = tf.io.gfile.stat(corpus_path).length / 1e6
 
     tokenizer = tokenizer_lib.make_tokenizer(vocab)
     tokenize = tf.function(tokenizer.tokenize, autograph=False)

@@ -4,6 +4,8 @@ not dominate, its vocab and its TFRecords, made once and cached in a workdir."""
 import os
 import time
 
+import tensorflow as tf
+
 from electra_tf import flags as common_flags
 from electra_tf.data import pipeline
 from electra_tf.data import writer
@@ -16,13 +18,13 @@ def prepare(workdir: str, corpus_copies: int, vocab_size: int) -> tuple:
     """(corpus path, Vocab): the sample corpus, `corpus_copies` times, and a vocab of
     `vocab_size` learned from it, in `workdir` (the `--workdir` flag's), made once."""
     common_flags.check_output_path("workdir", workdir, directory=True)
-    os.makedirs(workdir, exist_ok=True)
+    tf.io.gfile.makedirs(workdir)
     corpus_path = os.path.join(workdir, "corpus.txt")
-    if not os.path.exists(corpus_path):
+    if not tf.io.gfile.exists(corpus_path):
         lines = list(corpus.documents_to_lines(corpus.stdlib_documents()))
         corpus.write_corpus(lines * corpus_copies, corpus_path)
     vocab_path = os.path.join(workdir, "vocab.txt")
-    if not os.path.exists(vocab_path):
+    if not tf.io.gfile.exists(vocab_path):
         sample, _ = vocab_lib.sample_lines(corpus.read_lines([corpus_path],
                                                              corpus.CorpusStats()), 100_000)
         vocab_lib.write_vocab(vocab_lib.learn_vocab(sample, vocab_size), vocab_path)
@@ -36,7 +38,7 @@ def data_dir(workdir: str, seq_len: int) -> str:
 def sample_data(workdir: str, corpus_path: str, vocab, seq_len: int) -> list[str]:
     """TFRecords of `corpus_path` at `seq_len` (made once per workdir and length)."""
     directory = data_dir(workdir, seq_len)
-    if not os.path.exists(os.path.join(directory, writer.MANIFEST)):
+    if not tf.io.gfile.exists(os.path.join(directory, writer.MANIFEST)):
         writer.write_pretraining_data(corpus.open_corpus(corpus_path), vocab, directory,
                                       max_seq_length=seq_len, overwrite=True,
                                       log=lambda _: None)

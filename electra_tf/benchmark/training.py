@@ -15,7 +15,6 @@ and on real batches of the same shapes and vocabulary.
 overhead stays out of the timings) with the TensorBoard profiler.
 """
 
-import os
 import statistics
 import time
 

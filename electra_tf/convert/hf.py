@@ -122,10 +122,14 @@ def _directories(path: str) -> dict[str, str]:
                                 "give a Hugging Face ELECTRA directory")
 
 
+def _read_json(path: str) -> dict:
+    with tf.io.gfile.GFile(path, "r") as f:
+        return json.load(f)
+
+
 def _read_config(directory: str) -> dict:
     path = os.path.join(directory, "config.json")
-    with open(path, encoding="utf-8") as f:
-        config = json.load(f)
+    config = _read_json(path)
     if config.get("model_type") != "electra":
         raise table.ConversionError(f"{path}: model_type is {config.get('model_type')!r}, "
                                     "not 'electra'")
@@ -140,11 +144,12 @@ def _read_config(directory: str) -> dict:
 def _load(directory: str) -> tuple[str, dict]:
     from safetensors import numpy as safetensors_np  # pylint: disable=g-import-not-at-top
     path = os.path.join(directory, WEIGHTS_FILE)
-    if not os.path.exists(path):
+    if not tf.io.gfile.exists(path):
         raise table.ConversionError(
             f"{path}: not found (only safetensors files are read; save a PyTorch model "
             "with save_pretrained(safe_serialization=True))")
-    return path, safetensors_np.load_file(path)
+    with tf.io.gfile.GFile(path, "rb") as f:  # a URL too (gs://), so not `load_file`
+        return path, safetensors_np.load(f.read())
 
 
 def _size(config: dict) -> sizes.EncoderSize:
@@ -237,7 +242,7 @@ class HuggingFace(formats.Format):
                                for key in arrays
                                if key not in used[part] and key not in _NOT_WEIGHTS))
         vocab = os.path.join(directories["discriminator"], "vocab.txt")
-        return table.Weights(spec, tensors, path, vocab if os.path.exists(vocab) else None,
+        return table.Weights(spec, tensors, path, vocab if tf.io.gfile.exists(vocab) else None,
                              ignored, lower_case=_lower_case(directories["discriminator"]))
 
     def write(self, weights: table.Weights, output: str, vocab_file: str | None = None,
@@ -252,15 +257,16 @@ class HuggingFace(formats.Format):
         with files.new_directory(output) as tmp:
             for part in parts:
                 directory = os.path.join(tmp, part)
-                os.makedirs(directory)
+                tf.io.gfile.makedirs(directory)
                 arrays = {}
                 for name, array in weights.tensors.items():
                     if part in _part(name, spec.tie):
                         key, transpose = hf_name(name)
                         arrays[key] = np.ascontiguousarray(array.T if transpose else array)
-                # transformers refuses safetensors files without format metadata.
-                safetensors_np.save_file(arrays, os.path.join(directory, WEIGHTS_FILE),
-                                         metadata={"format": "pt"})
+                # transformers refuses safetensors files without format metadata; the
+                # bytes go through gfile, as `directory` may be a URL (gs://).
+                with tf.io.gfile.GFile(os.path.join(directory, WEIGHTS_FILE), "wb") as f:
+                    f.write(safetensors_np.save(arrays, metadata={"format": "pt"}))
                 files.write_json(_config(spec, part, pad_id),
                                  os.path.join(directory, "config.json"))
                 if vocab_file:
@@ -273,8 +279,7 @@ class HuggingFace(formats.Format):
 def _lower_case(directory: str) -> bool | None:
     """do_lower_case of the directory's tokenizer_config.json, if it says."""
     path = os.path.join(directory, "tokenizer_config.json")
-    if not os.path.exists(path):
+    if not tf.io.gfile.exists(path):
         return None
-    with open(path, encoding="utf-8") as f:
-        value = json.load(f).get("do_lower_case")
+    value = _read_json(path).get("do_lower_case")
     return None if value is None else bool(value)

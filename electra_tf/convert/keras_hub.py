@@ -5,8 +5,12 @@ keras-hub's ELECTRA is the discriminator's encoder alone (no heads, no generator
 only `write` exists. `ElectraBackbone.from_preset(OUTPUT)` loads what it writes.
 """
 
+import os
+import tempfile
+
 import keras_hub
 import numpy as np
+import tensorflow as tf
 
 from electra_tf.convert import files
 from electra_tf.convert import formats
@@ -39,6 +43,14 @@ class KerasHub(formats.Format):
         preset holds the backbone alone (keras-hub keeps tokenizers apart): no vocab."""
         del vocab_file
         backbone = to_backbone(weights)
-        with files.new_directory(output) as tmp:
-            backbone.save_to_preset(tmp)
+        with files.new_directory(output) as tmp, tempfile.TemporaryDirectory() as local:
+            # keras-hub writes the preset's JSON files with Python's `open()`: into a local
+            # folder, then through gfile, as `output` may be a URL (gs://).
+            backbone.save_to_preset(local)
+            for folder, _, names in os.walk(local):
+                inner = os.path.relpath(folder, local)
+                into = tmp if inner == "." else os.path.join(tmp, inner)
+                tf.io.gfile.makedirs(into)
+                for name in names:
+                    tf.io.gfile.copy(os.path.join(folder, name), os.path.join(into, name))
         return output

@@ -15,7 +15,6 @@ from electra_tf import model_config
 from electra_tf.model import context
 from electra_tf.model import flops
 from electra_tf.model import objectives
-from electra_tf.model import remat
 from electra_tf.model.objectives import base
 from electra_tf.training import predictions
 from tests import helpers

@@ -1,7 +1,6 @@
 """Tests of `electra_tf.text.tokenizer`: loading vocab files and the BERT tokenizer."""
 
 import hashlib
-import os
 
 import pytest
 

@@ -2,7 +2,6 @@
 
 import types
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
