@@ -111,19 +111,21 @@ def first_invalid(tag_list, scheme: str) -> int | None:
 
 def detect_scheme(tag_lists) -> str:
     """The scheme a file's tags are written in: "bioes" where an E- or S- tag occurs;
-    else "iob1" where an I-X begins a chunk (at a sentence's start, after O, after another
-    type); else "iob2"."""
-    begins_with_i = False
+    else "iob1" where more chunks begin with an I-X than with a B-X (a chunk begins at a
+    sentence's start, after O, after another type: IOB1 begins one with B-X only after a
+    chunk of its type, IOB2 always), else "iob2". By the majority, a stray tag of the
+    other scheme in a long file does not decide it."""
+    begins = {"B": 0, "I": 0}
     for tag_list in tag_lists:
         prev_prefix, prev_kind = "O", ""
         for tag in tag_list:
             prefix, kind = split_tag(tag)
             if prefix in ("E", "S"):
                 return "bioes"
-            if prefix == "I" and (prev_prefix == "O" or prev_kind != kind):
-                begins_with_i = True
+            if prefix in begins and (prev_prefix == "O" or prev_kind != kind):
+                begins[prefix] += 1
             prev_prefix, prev_kind = prefix, kind
-    return "iob1" if begins_with_i else "iob2"
+    return "iob1" if begins["I"] > begins["B"] else "iob2"
 
 
 def labels(types, scheme: str) -> list[str]:

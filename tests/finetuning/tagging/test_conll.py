@@ -139,10 +139,14 @@ def test_predictions_file_is_conllevals_input():
 
 @pytest.mark.parametrize("tag_lists,scheme", [
     ([["B-PER", "I-PER", "O", "B-LOC"]], "iob2"),
-    ([["B-PER", "I-PER", "O", "B-LOC"], ["O", "I-LOC"]], "iob1"),      # I-X after O
+    ([["O", "I-PER", "I-PER", "O", "I-LOC"]], "iob1"),                  # I-X after O
     ([["I-PER", "O"]], "iob1"),                                         # at the start
-    ([["B-PER", "I-LOC"]], "iob1"),                                     # after another type
+    ([["I-PER", "I-LOC"]], "iob1"),                                     # after another type
+    ([["I-PER", "B-PER", "O", "I-LOC"]], "iob1"),   # B-X after its type: IOB1's one B
     ([["B-PER", "I-PER", "B-PER"]], "iob2"),
+    # The majority decides: a stray I-X begins a chunk in IOB2, a stray B-X in IOB1.
+    ([["B-PER", "I-PER", "O", "B-LOC"], ["O", "I-LOC"]], "iob2"),
+    ([["I-PER", "O", "I-LOC"], ["O", "B-ORG"]], "iob1"),
     ([["I-PER", "E-PER", "O", "S-LOC"]], "bioes"),
     ([["O", "O"]], "iob2"),
 ])

@@ -4,11 +4,10 @@ conlleval's), on the same predictions, well-formed or not."""
 import random
 
 import pytest
+from seqeval import metrics as seqeval_metrics  # pinned in requirements-test.txt
 
 from electra_tf.finetuning.tagging import conll
 from electra_tf.finetuning.tagging import metrics
-
-seqeval_metrics = pytest.importorskip("seqeval.metrics")
 
 TAGS = ["O", "B-PER", "I-PER", "E-PER", "S-PER", "B-LOC", "I-LOC", "E-LOC", "S-LOC",
         "B-ORG", "I-ORG"]
