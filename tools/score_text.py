@@ -6,9 +6,10 @@ re-ranking (e.g. a speech recogniser's N-best hypotheses).
   ... [--checkpoint=RUN/checkpoints/ckpt-N] [--batch_size=64] [--lower_case=true|false]
 
 How a run scores (docs/electric.md):
-  electric                       −Σ energies over the real tokens, one pass
-  electra, electra_15            Σ log P(original) over the real tokens, one pass (the
-                                 discriminator's), as the export's `score` signature
+  electric                       −Σ energies over the tokens but [CLS]/[SEP], one pass
+  electra, electra_15            Σ log P(original) over the tokens but [CLS]/[SEP], one
+                                 pass (the discriminator's), as the export's `score`
+                                 signature
   mlm, replace_mlm, all_tokens_mlm   the pseudo-log-likelihood: Σ_t log P(token t | the
                                  text with t masked) over the tokens but [CLS]/[SEP], one
                                  pass per token (batched)
