@@ -384,8 +384,10 @@ def _finetune(config, workdir, strategy, task, chief) -> dict:
         task.export(tuner.model, vocab, config.data.max_seq_length, output, lower_case)
     state["export"] = workdir_lib.path(workdir, workdir_lib.EXPORT, str(state["best"]["step"]))
     if tests:
-        state["test_predictions"] = _predict_tests(tuner, tests, batch, workdir, chief,
-                                                   config.train.seed)
+        state["test_predictions"], scores = _predict_tests(tuner, tests, batch, workdir,
+                                                           chief, config.train.seed)
+        if scores:
+            state["test_metrics"] = scores
     workdir_lib.write_json(own, workdir_lib.RESULTS, state)
     if not chief:
         tf.io.gfile.rmtree(own)
@@ -397,19 +399,25 @@ def _finetune(config, workdir, strategy, task, chief) -> dict:
     return state["best"]["metrics"]
 
 
-def _predict_tests(tuner, tests, batch, workdir, chief, seed) -> dict:
+def _predict_tests(tuner, tests, batch, workdir, chief, seed) -> tuple[dict, dict]:
     """The (restored best) model's predictions on each test split, in the task's
-    submission format; {split: file}. Every worker predicts (collectives), the chief
+    submission format, and their metrics where the test file holds the answers:
+    ({split: file}, {split: metrics}). Every worker predicts (collectives), the chief
     writes."""
-    written = {}
+    written, scores = {}, {}
     for split, rows in tests.items():
         outputs = tuner.evaluate(_dataset(tuner.strategy, rows, batch, False, seed))
-        name, text = tuner.task.predict_test(split, rows, outputs)
+        evaluation = tuner.task.predict_test(split, rows, outputs)
+        (name, text), = evaluation.files.items()
         if chief:
             _write_files(workdir, {name: text})
         written[split] = os.path.join(workdir, name)
         logging.info("test %s: %d predictions in %s", split, len(rows), written[split])
-    return written
+        if evaluation.metrics:
+            scores[split] = evaluation.metrics
+            logging.info("test %s (the best step's model): %s", split, " ".join(
+                f"{k} {v:.4f}" for k, v in evaluation.metrics.items()))
+    return written, scores
 
 
 def _write_files(directory, files: dict[str, str]) -> None:

@@ -127,8 +127,10 @@ class Task:
         its rows."""
         raise NotImplementedError
 
-    def predict_test(self, split: str, rows: Rows, outputs) -> tuple[str, str]:
-        """(path in the run dir, text) of a test split's predictions; default: none."""
+    def predict_test(self, split: str, rows: Rows, outputs) -> Evaluation:
+        """A test split's predictions, one file in `files` (path in the run dir: text),
+        and `metrics` where the test file holds the answers (a tagger's does, GLUE's
+        not: {}); default: none."""
         raise NotImplementedError(f"{self.name} has no test predictions")
 
     def export(self, model, vocab, max_seq_length: int, output: str,

@@ -148,6 +148,7 @@ def test_toy_task_beats_chance_and_writes_results(task, metric, chance, pretrain
 
     # The best model's test predictions in GLUE's submission format, every row in order.
     name = {"sst2": "SST-2.tsv", "rte": "RTE.tsv", "stsb": "STS-B.tsv"}[task]
+    assert "test_metrics" not in results  # GLUE's test labels are hidden
     assert results["test_predictions"] == {"test": os.path.join(workdir, "test_predictions",
                                                                 name)}
     lines = open(results["test_predictions"]["test"], encoding="utf-8").read().splitlines()

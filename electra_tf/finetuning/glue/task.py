@@ -102,11 +102,13 @@ class GlueTask(task_lib.Task):
         return task_lib.Evaluation(metrics.compute(
             self.name, self._predictions(outputs), rows.columns["label"]))
 
-    def predict_test(self, split, rows, outputs) -> tuple[str, str]:
-        """GLUE's submission format: test_predictions/<CoLA.tsv, MNLI-m.tsv, ...>."""
+    def predict_test(self, split, rows, outputs) -> task_lib.Evaluation:
+        """GLUE's submission format: test_predictions/<CoLA.tsv, MNLI-m.tsv, ...>; no
+        metrics (GLUE's test labels are hidden)."""
         lines = glue_data.submission_rows(self.name, rows.payload.ids, self._predictions(outputs))
-        return (f"test_predictions/{glue_data.test_splits(self.name)[split]}",
-                "\n".join(lines) + "\n")
+        return task_lib.Evaluation({}, {
+            f"test_predictions/{glue_data.test_splits(self.name)[split]}":
+                "\n".join(lines) + "\n"})
 
     def export(self, model, vocab, max_seq_length, output, lower_case) -> str:
         return export.export_classifier(model, vocab, self.spec, max_seq_length, output,

@@ -200,11 +200,14 @@ class TaggingTask(task_lib.Task):
             metrics.evaluate(sentences.tags, predicted),
             {"predictions.txt": conll.write(sentences.words, sentences.tags, predicted)})
 
-    def predict_test(self, split, rows, outputs) -> tuple[str, str]:
-        """conlleval's input for the test file (its gold tags, the best model's)."""
+    def predict_test(self, split, rows, outputs) -> task_lib.Evaluation:
+        """The test file scored as dev is, and conlleval's input for it (its gold tags,
+        the best model's)."""
         sentences = rows.payload[0]
-        return ("test_predictions.txt",
-                conll.write(sentences.words, sentences.tags, self.predicted_tags(rows, outputs)))
+        predicted = self.predicted_tags(rows, outputs)
+        return task_lib.Evaluation(
+            metrics.evaluate(sentences.tags, predicted),
+            {"test_predictions.txt": conll.write(sentences.words, sentences.tags, predicted)})
 
     def export(self, model, vocab, max_seq_length, output, lower_case) -> str:
         return export_tagging.export_tagger(

@@ -139,9 +139,10 @@ def test_the_files_scheme_is_detected_saved_and_written(tmp_path, written, confi
     """CoNLL-2003's copies are IOB2 (TFDS, train.txt/valid.txt), its eng.* files IOB1:
     the training file's scheme is used (strict mode accepts the file) and the
     predictions are written in it, so a perfect prediction scores 100 accuracy."""
-    data = generated.write_set(tmp_path, 20, 5, scheme=written)
+    data = generated.write_set(tmp_path, 20, 5, scheme=written, num_test=4)
     config = _config("conll2003", "", data, **{"data.scheme": configured,
                                                "data.strict": configured == "auto"})
+    config.predict_test = True
     task = tasks.get("conll2003", config)
     task.check_config()
     read = task.read(helpers.write_vocab(str(tmp_path)), lower_case=True)
@@ -155,6 +156,14 @@ def test_the_files_scheme_is_detected_saved_and_written(tmp_path, written, confi
     assert (predicted == sentences.tags) == (written == expected)
     if written == expected:
         assert metrics.evaluate(sentences.tags, predicted)["accuracy"] == 100.0
+    # The test file is scored as dev is (results.json's test_metrics), beside its file.
+    tests = read.tests["test"]
+    perfect = np.eye(len(task.labels), dtype=np.float32)[tests.columns["labels"]]
+    tested = task.predict_test("test", tests, perfect)
+    assert list(tested.files) == ["test_predictions.txt"]
+    assert tested.metrics == metrics.evaluate(tests.payload[0].tags,
+                                              task.predicted_tags(tests, perfect))
+    assert tested.metrics["f1"] == 100.0
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -218,9 +227,11 @@ def test_tiny_model_learns_the_generated_set_resumes_and_its_export_answers(tmp_
     test = conll.read(os.path.join(data, "test.txt"), "iob2")
     assert [[r[0] for r in s] for s in tested] == test.words
     assert [[r[1] for r in s] for s in tested] == test.tags
-    test_f1 = metrics.evaluate(test.tags, [[r[2] for r in s] for s in tested])["f1"]
-    print("test f1", test_f1)  # with `best` above: the figures of a closing note
-    assert test_f1 > 75  # dev's threshold; measured 87.5 on test, 88.9 on dev
+    test_scores = metrics.evaluate(test.tags, [[r[2] for r in s] for s in tested])
+    print("test f1", test_scores["f1"])  # with `best` above: the figures of a closing note
+    assert test_scores["f1"] > 75  # dev's threshold; measured 87.5 on test, 88.9 on dev
+    # results.json scores the test file as dev is scored: its own predictions' figures.
+    assert results["test_metrics"] == {"test": pytest.approx(test_scores)}
 
     # The same command again resumes the finished run: nothing retrained.
     assert loop.finetune(_config("tagging", pretrained, data), workdir)["validation"] == best
