@@ -100,7 +100,8 @@ CASES = {
 # Cases a tool answers before it imports TensorFlow (in ~0.6 s, not after TF's start-up):
 # they run with a `tensorflow` on the path that cannot be imported.
 BEFORE_TENSORFLOW = ("export_under_a_file", "sample_corpus_under_a_file",
-                     "plot_output_is_a_directory")
+                     "plot_output_is_a_directory", "predictions_html_is_a_directory",
+                     "compare_budget_objective_is_gone")
 
 
 @pytest.fixture(scope="module")

@@ -95,21 +95,23 @@ def finetune_config(config, task_dir: str):
 
 def main(argv):
     del argv
-    from electra_tf.experiments import compare  # pylint: disable=g-import-not-at-top
-    from electra_tf.experiments import variants  # pylint: disable=g-import-not-at-top
-    from electra_tf.text import tokenizer  # pylint: disable=g-import-not-at-top
     config, out = flags.FLAGS.config, _OUTPUT_DIR.value
     if _OLD_BUDGET.value:
         raise errors.UserError(f"--budget_objective is gone: use --budget_variant="
                                f"{_OLD_BUDGET.value} (--objectives names each variant by "
                                "its objective)")
-    given = variants.expand(_PRESETS.value, _VARIANTS.value, _OBJECTIVES.value)
-    if not given:  # the comparison this tool began with
-        given = variants.expand(["objectives"])
     if bool(_TASK_DIR.value) == bool(_TASK_TEXT.value):
         raise errors.UserError("give --task_dir=GLUE_TSV_DIR or --task_text=FILE")
     if not config.data.vocab_file:
         raise errors.UserError("config.data.vocab_file is empty")
+    common_flags.check_output_path("output_dir", out, directory=True)
+    # After the checks that need no TensorFlow: those are answered before its start-up.
+    from electra_tf.experiments import compare  # pylint: disable=g-import-not-at-top
+    from electra_tf.experiments import variants  # pylint: disable=g-import-not-at-top
+    from electra_tf.text import tokenizer  # pylint: disable=g-import-not-at-top
+    given = variants.expand(_PRESETS.value, _VARIANTS.value, _OBJECTIVES.value)
+    if not given:  # the comparison this tool began with
+        given = variants.expand(["objectives"])
     # Before hours of pre-training, not after them.
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
@@ -120,7 +122,6 @@ def main(argv):
             else "no such file"))
     if _TASK_DIR.value and not tf.io.gfile.isdir(_TASK_DIR.value):
         raise errors.UserError(f"--task_dir={_TASK_DIR.value}: no such directory")
-    common_flags.check_output_path("output_dir", out, directory=True)
     vocab = tokenizer.Vocab.load(config.data.vocab_file)
     budget = _BUDGET.value or given[0].name
     planned = variants.plan(config, vocab, given, budget, _EVALUATIONS.value)

@@ -19,17 +19,10 @@ if __name__ == "__main__":  # run as a tool, not imported (tests import some too
 import os
 import sys
 
-import tensorflow as tf
 from absl import flags
 
 from electra_tf import errors
-from electra_tf import workdir as workdir_lib
 from electra_tf import flags as common_flags
-from electra_tf.data import masking
-from electra_tf.data import pipeline
-from electra_tf.serving import export
-from electra_tf.text import packer as packer_lib
-from electra_tf.training import predictions
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The pre-training run's --workdir.",
                                required=True)
@@ -48,6 +41,9 @@ _COLOUR = flags.DEFINE_enum("colour", "auto", ["auto", "always", "never"],
 
 def text_batch(texts, vocab, seq_length, lower_case, masking_config, seed):
     """A masked batch of `texts`, tokenized as the run's data was ([CLS] text [SEP])."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from electra_tf.data import masking  # pylint: disable=g-import-not-at-top
+    from electra_tf.text import packer as packer_lib  # pylint: disable=g-import-not-at-top
     packer = packer_lib.TextPacker(vocab, seq_length, lower_case)
     ids, mask, segments = packer.pack(tf.constant(texts))
     empty = [t for t, n in zip(texts, tf.reduce_sum(mask, 1).numpy()) if n <= 2]
@@ -63,6 +59,13 @@ def main(argv):
         raise errors.UserError("give --text=\"...\" (one or more) or --data=DIR")
     if _HTML.value:
         common_flags.check_output_path("html", _HTML.value)
+    # After the flags' checks: a bad one is answered before TensorFlow's start-up.
+    # pylint: disable=g-import-not-at-top
+    from electra_tf import workdir as workdir_lib
+    from electra_tf.data import pipeline
+    from electra_tf.serving import export
+    from electra_tf.training import predictions
+    # pylint: enable=g-import-not-at-top
     config, vocab, model, path = export.load_run(_WORKDIR.value, _CHECKPOINT.value)
     if not model.objective.detects:
         raise errors.UserError(f"--workdir={_WORKDIR.value}: config.model.objective="
