@@ -54,17 +54,17 @@ def uninterrupted(first_run):
     return tf.train.latest_checkpoint(os.path.join(first_run["workdir"], "checkpoints"))
 
 
-def _command(data, workdir):
-    return helpers.train_command(data, workdir, *RUN, steps=STEPS)
+def _command(data, workdir, run=RUN):
+    return helpers.train_command(data, workdir, *run, steps=STEPS)
 
 
-def _run(data, workdir):
-    return subprocess.run(_command(data, workdir), cwd=ROOT, capture_output=True,
+def _run(data, workdir, run=RUN):
+    return subprocess.run(_command(data, workdir, run), cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
 
 
-def _start(data, workdir, log):
-    return subprocess.Popen(_command(data, workdir), cwd=ROOT, stdout=log,
+def _start(data, workdir, log, run=RUN):
+    return subprocess.Popen(_command(data, workdir, run), cwd=ROOT, stdout=log,
                             stderr=subprocess.STDOUT)
 
 
@@ -100,15 +100,39 @@ def _assert_same_checkpoint(a, b):
 
 
 @pytest.mark.slow  # three training processes; each draw's determinism has a fast test
-# A kill's resume goes through the checkpoint, the lock and the partial files, whatever the
-# algorithm: each algorithm's own state resumes exactly in the fast suite (adversarial's
-# baseline: training/test_adversarial.py; a frozen generator and its temperature schedule:
-# training/test_generator_init.py), there with the plain step (no micro-batches, blocks
-# not recomputed; adversarial uncompiled).
 def test_sigkill_at_a_random_moment_then_resume_is_exact(data, uninterrupted, tmp_path):
-    workdir = str(tmp_path / "run")
-    with open(tmp_path / "killed.log", "w") as log:
-        process = _start(data, workdir, log)
+    _assert_same_checkpoint(_kill_and_resume(data, str(tmp_path / "run"), RUN), uninterrupted)
+
+
+# The algorithms and objectives the issues name, killed too (mlm, two_stage after its
+# switch, adversarial): their own state through a kill, with the plain step (the
+# micro-batches and recomputation are the joint run's above) and the uninterrupted run
+# beside the killed one. A frozen generator's resume is training/test_generator_init.py's.
+KILLED = {"mlm": ("--config.model.objective=mlm",),
+          "two_stage": ("--config.train.algorithm=two_stage",
+                        "--config.train.two_stage_generator_steps=5",
+                        "--config.model.generator_hidden_fraction=1.0",
+                        "--config.model.tie=none"),
+          "adversarial": ("--config.train.algorithm=adversarial",)}
+
+
+@pytest.mark.slow  # two training processes at once, then a third
+@pytest.mark.parametrize("name", KILLED)
+def test_each_algorithm_resumes_exactly_after_sigkill(data, tmp_path, name):
+    run = (*RUN[:6], *KILLED[name])
+    with open(tmp_path / "uninterrupted.log", "w") as log:
+        reference = _start(data, str(tmp_path / "uninterrupted"), log, run)
+        final = _kill_and_resume(data, str(tmp_path / "run"), run)
+        assert reference.wait(timeout=600) == 0, (tmp_path / "uninterrupted.log").read_text()
+    _assert_same_checkpoint(final, tf.train.latest_checkpoint(
+        str(tmp_path / "uninterrupted" / "checkpoints")))
+
+
+def _kill_and_resume(data, workdir, run):
+    """Kills `run` at a random moment after its second checkpoint and resumes it with the
+    same command; its last checkpoint."""
+    with open(os.path.join(os.path.dirname(workdir), "killed.log"), "w") as log:
+        process = _start(data, workdir, log, run)
         # Once two checkpoints exist, kill at a random moment of the next ~3 checkpoint
         # intervals (measured: machines differ several-fold), before the run's end:
         # inside a loop, between loops or while a checkpoint is being written.
@@ -124,13 +148,13 @@ def test_sigkill_at_a_random_moment_then_resume_is_exact(data, uninterrupted, tm
 
     # The killed run's lock (its pid gone) is taken over: the same command just resumes.
     assert os.path.exists(os.path.join(workdir, "lock.json"))
-    result = _run(data, workdir)
+    result = _run(data, workdir, run)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Resumed from" in result.stderr and "Taking over" in result.stderr
     assert not os.path.exists(os.path.join(workdir, "lock.json"))
     final = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
     assert final.endswith(f"ckpt-{STEPS}")
-    _assert_same_checkpoint(final, uninterrupted)
+    return final
 
 
 @pytest.mark.slow  # tests/training/test_faults.py covers the mid-loop stop in process
