@@ -77,8 +77,15 @@ class _LibraryInfoFilter(logging.Filter):
 
 def run_main(main, argv):
     """Calls `main(argv)`; a `UserError` prints `error: <message>` and exits with 2, a
-    `RunError` the same with exit code 1."""
+    `RunError` the same with exit code 1. No binary takes positional arguments: one is
+    refused so (most often a glob the shell expanded, whose other files would be left
+    out)."""
     try:
+        if len(argv) > 1:
+            raise errors.UserError(
+                f"unexpected argument(s): {' '.join(argv[1:])} (the binaries take flags "
+                "only; quote a glob so that the shell leaves it whole: "
+                "--input='corpus/*.txt')")
         return main(argv)
     except errors.UserError as e:
         _exit_with(e)

@@ -9,7 +9,6 @@ for SQuAD the best step's DIR/predictions.json (and null_odds.json for 2.0).
 Re-running the same command resumes.
 """
 
-from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
@@ -23,8 +22,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    del argv
     from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
     from electra_tf.finetuning import loop  # pylint: disable=g-import-not-at-top
     logging.set_verbosity(logging.INFO)

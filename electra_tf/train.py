@@ -4,7 +4,6 @@ Override any config field with `--config.SECTION.KEY=VALUE` (see configs/electra
 Re-running the same command resumes from the latest checkpoint in DIR.
 """
 
-from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
@@ -20,8 +19,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    del argv
     model_config.checked(_CONFIG.value)  # a bad config answered before TensorFlow loads
     from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
     logging.set_verbosity(logging.INFO)

@@ -91,6 +91,10 @@ CASES = {
                                   "--config.data.vocab_file={w}/vocab.txt",
                                   "--objectives=electra,mlm", "--budget_objective=mlm"],
         ["--budget_objective is gone: use --budget_variant=mlm"], ["compare"]),
+    "a_glob_the_shell_expanded": (  # every binary: `cli.run_main` refuses the files
+        "build_sample_corpus.py", ["--output={w}/new_corpus.txt", "{w}/corpus.txt"],
+        ["unexpected argument(s): {w}/corpus.txt", "--input='corpus/*.txt'"],
+        ["new_corpus.txt"]),
     "benchmark_workdir_is_a_file": (
         "benchmark.py", ["--mode=input", "--workdir={w}/vocab.txt"],
         ["--workdir={w}/vocab.txt: a file, not a directory"], ["vocab.txt"]),
@@ -101,7 +105,7 @@ CASES = {
 # they run with a `tensorflow` on the path that cannot be imported.
 BEFORE_TENSORFLOW = ("export_under_a_file", "sample_corpus_under_a_file",
                      "plot_output_is_a_directory", "predictions_html_is_a_directory",
-                     "compare_budget_objective_is_gone")
+                     "compare_budget_objective_is_gone", "a_glob_the_shell_expanded")
 
 
 @pytest.fixture(scope="module")

@@ -156,8 +156,7 @@ def _run_mode() -> dict:
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise errors.UserError(f"unexpected arguments: {' '.join(argv[1:])}")
+    del argv
     if _MODE.value != "train" and (_COMPARE_DATA.value or _PROFILE.value or _PROFILE_DIR.value):
         raise errors.UserError("--compare_data and --profile[_dir] are for --mode=train")
     if ((_PROFILE.value or _PROFILE_DIR.value)

@@ -36,8 +36,7 @@ _HLO_DIR = flags.DEFINE_string("hlo_dir", None, "XLA's dump of the profiled run'
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise errors.UserError(f"unexpected arguments: {' '.join(argv[1:])}")
+    del argv
     if not _PROFILE_DIR.value:
         raise errors.UserError("--profile_dir is required")
     try:
