@@ -68,6 +68,15 @@ CASES = {
     "sample_corpus_under_a_file": (
         "build_sample_corpus.py", ["--output={w}/vocab.txt/corpus.txt"],
         ["--output={w}/vocab.txt/corpus.txt: {w}/vocab.txt is a file"], ["vocab.txt"]),
+    "sample_corpus_exists": (
+        "build_sample_corpus.py", ["--output={w}/corpus.txt"],
+        ["--output={w}/corpus.txt exists", "--overwrite"], ["corpus.txt"]),
+    "reranking_set_exists": (
+        "make_reranking_set.py", ["--input={w}/corpus.txt", "--output={w}/corpus.txt"],
+        ["--output={w}/corpus.txt exists", "--overwrite"], ["corpus.txt"]),
+    "reranking_set_to_a_directory": (
+        "make_reranking_set.py", ["--input={w}/corpus.txt", "--output={w}/data"],
+        ["--output={w}/data: a directory"], ["data"]),
     "plot_output_is_a_directory": (
         "plot_run.py", ["--workdir={w}/no_run", "--output={w}/data"],
         ["--output={w}/data: a directory"], ["data"]),

@@ -5,7 +5,7 @@ the docstrings of the standard library's modules, read with `ast`). The output i
 the pre-training format: one sentence per line, an empty line between documents.
 
   python tools/build_sample_corpus.py --output=/tmp/electra/corpus.txt \
-      [--heldout_output=/tmp/electra/heldout.txt --heldout_every=20]
+      [--heldout_output=/tmp/electra/heldout.txt --heldout_every=20] [--overwrite]
 
 With `--heldout_output`, every `--heldout_every`-th document goes there instead, for an
 evaluation set the model never trains on.
@@ -17,6 +17,7 @@ if __name__ == "__main__":  # run as a tool, not imported (tests import some too
 
 from absl import flags
 
+from electra_tf import errors
 from electra_tf import flags as common_flags
 
 _OUTPUT = flags.DEFINE_string("output", None, "Text file to write.", required=True)
@@ -25,6 +26,7 @@ _HELDOUT_OUTPUT = flags.DEFINE_string(
 _HELDOUT_EVERY = flags.DEFINE_integer(
     "heldout_every", 20, "With --heldout_output: every N-th document is held out.",
     lower_bound=2)
+_OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace existing output files.")
 
 
 def main(argv):
@@ -33,6 +35,11 @@ def main(argv):
         if flag.value:
             common_flags.check_output_path(flag.name, flag.value)
     from electra_tf.text import corpus  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    for flag in (_OUTPUT, _HELDOUT_OUTPUT):
+        if flag.value and tf.io.gfile.exists(flag.value) and not _OVERWRITE.value:
+            raise errors.UserError(f"--{flag.name}={flag.value} exists; pass --overwrite "
+                                   "to replace it or choose another path")
     documents = list(corpus.stdlib_documents())
     heldout = []
     if _HELDOUT_OUTPUT.value:

@@ -3,7 +3,8 @@ of itself, for `tools/score_text.py --pairs` (the original first, so its `first_
 the re-ranking accuracy; chance 0.5).
 
   python tools/make_reranking_set.py --input=heldout.txt --output=pairs.txt \
-      [--corruptions=swap,frequent] [--num_sentences=1000] [--frequent=100] [--seed=0]
+      [--corruptions=swap,frequent] [--num_sentences=1000] [--frequent=100] [--seed=0] \
+      [--overwrite]
 
 --input holds one sentence a line (blank lines, and lines that are not UTF-8, skipped; a
 .gz file is read decompressed); words are split on whitespace.
@@ -19,6 +20,7 @@ if __name__ == "__main__":  # run as a tool, not imported (tests import some too
     cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
 import collections
+import os
 import random
 
 import tensorflow as tf
@@ -26,6 +28,8 @@ from absl import flags
 from absl import logging
 
 from electra_tf import errors
+from electra_tf import flags as common_flags
+from electra_tf import workdir as workdir_lib
 from electra_tf.text import corpus
 
 CORRUPTIONS = ("swap", "frequent")
@@ -42,6 +46,7 @@ _MIN_WORDS = flags.DEFINE_integer("min_words", 4, "Shorter sentences are left ou
 _FREQUENT = flags.DEFINE_integer("frequent", 100, "How many of the most common words "
                                  "`frequent` draws from.", lower_bound=2)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the corruptions.")
+_OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace an existing --output.")
 
 
 def swap(words: list[str], rng: random.Random) -> list[str] | None:
@@ -98,8 +103,12 @@ def main(argv):
     if unknown or not _CORRUPTIONS.value:
         raise errors.UserError(f"--corruptions={','.join(_CORRUPTIONS.value)}: choose from "
                                f"{', '.join(CORRUPTIONS)}")
+    common_flags.check_output_path("output", _OUTPUT.value)
     if not tf.io.gfile.exists(_INPUT.value):
         raise errors.UserError(f"--input={_INPUT.value}: not found")
+    if tf.io.gfile.exists(_OUTPUT.value) and not _OVERWRITE.value:
+        raise errors.UserError(f"--output={_OUTPUT.value} exists; pass --overwrite to "
+                               "replace it or choose another --output")
     # The corpus reader's lines: split at "\n" alone, a line that is not UTF-8 skipped
     # (counted), an unreadable file a one-line error.
     stats = corpus.CorpusStats()
@@ -113,8 +122,9 @@ def main(argv):
         raise errors.UserError(f"--input={_INPUT.value}: no sentence of {_MIN_WORDS.value} "
                                "words or more that the corruptions change")
     text = "\n".join(f"{original}\n{corrupted}\n" for original, corrupted in made)
-    with tf.io.gfile.GFile(_OUTPUT.value, "w") as f:
-        f.write(text)
+    # Whole or not at all (a temporary name, then a rename): --output may be --input.
+    workdir_lib.write_text(os.path.dirname(_OUTPUT.value) or ".",
+                           os.path.basename(_OUTPUT.value), text)
     print(f"wrote {len(made)} pairs to {_OUTPUT.value}")
 
 

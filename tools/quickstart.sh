@@ -11,7 +11,7 @@ mkdir -p "$workdir"
 
 echo "== 1/5 sample corpus: the standard library's documentation (1 in 20 documents held out)"
 python tools/build_sample_corpus.py --output="$workdir/corpus.txt" \
-  --heldout_output="$workdir/heldout.txt"
+  --heldout_output="$workdir/heldout.txt" --overwrite
 
 echo "== 2/5 WordPiece vocabulary (tf.text's BERT vocab learner)"
 python tools/build_vocab.py --input="$workdir/corpus.txt" --vocab_size=4096 \

@@ -225,9 +225,10 @@ def validate(config) -> ml_collections.ConfigDict:
 
 def _check_resume_config(config, workdir, task: task_lib.Task):
     """A one-line error for a resume whose config disagrees with the run's (the data
-    position and the head depend on them)."""
-    _check_resume(config, workdir, ("task", "train.batch_size", "train.seed",
-                                    "data.max_seq_length") + task.resume_keys)
+    position and the head depend on them; a run started from another pre-trained model
+    would go on, or be reported, as if it were this one)."""
+    _check_resume(config, workdir, ("task", "init_checkpoint", "train.batch_size",
+                                    "train.seed", "data.max_seq_length") + task.resume_keys)
 
 
 def _check_resume(config, workdir, keys, source: str = "") -> None:
@@ -237,6 +238,9 @@ def _check_resume(config, workdir, keys, source: str = "") -> None:
     saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG)
     if saved is None:
         return
+    if "task" not in saved:  # a pre-training run's (or another program's) config.json
+        raise errors.UserError(f"{workdir} holds a run that is not a fine-tuning run (its "
+                               "config.json names no task); use a new --workdir")
     saved = complete(saved)
     for key in keys:
         section, _, name = key.rpartition(".")

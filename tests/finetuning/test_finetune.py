@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import shutil
 import random
 import subprocess
 
@@ -338,6 +339,14 @@ def test_resume_with_a_different_batch_size_is_refused(pretrained, tmp_path):
     loop.finetune(_config("sst2", pretrained, str(data), epochs=1), workdir)
     with pytest.raises(errors.UserError, match="config.train.batch_size=8 differs"):
         loop.finetune(_config("sst2", pretrained, str(data), epochs=1, batch_size=8), workdir)
-    # A fine-tuning run is not a pre-training run.
+    # Nor from another pre-trained model: it would report this run's model as its own.
+    other = str(tmp_path / "other_pretrained")
+    shutil.copytree(pretrained, other)
+    with pytest.raises(errors.UserError, match=f"config.init_checkpoint={other} differs"):
+        loop.finetune(_config("sst2", other, str(data), epochs=1), workdir)
+    # A fine-tuning run is not a pre-training run, nor the other way round.
     with pytest.raises(errors.UserError, match="not a pre-training run"):
         loop.finetune(_config("sst2", workdir, str(data)), str(tmp_path / "run2"))
+    with pytest.raises(errors.UserError, match=f"^{pretrained} holds a run that is not a "
+                       "fine-tuning run"):
+        loop.finetune(_config("sst2", pretrained, str(data)), pretrained)
