@@ -134,11 +134,18 @@ class Tagging(tf.Module):
                 "sentence": tf.repeat(tf.range(tf.size(num_words)), num_words)}
 
 
-def _to_chars(text, sentence, byte_offsets):
-    """Byte offsets into text[sentence] → character offsets (characters starting before)."""
+def to_chars(text, sentence, byte_offsets):
+    """Byte offsets [N] into text[sentence] → character offsets (the characters starting
+    before), int32: one binary search in every text's character starts laid end to end
+    (each text's from the bytes of those before it), so memory grows with the texts plus
+    the offsets, not with their product (one long text with many entities)."""
     _, char_starts = tf.strings.unicode_decode_with_offsets(text, "UTF-8", errors="replace")
-    table = tf.gather(char_starts.to_tensor(np.iinfo(np.int64).max), sentence)
-    return tf.reduce_sum(tf.cast(table < byte_offsets[:, None], tf.int32), 1)
+    base = tf.cumsum(tf.cast(tf.strings.length(text, unit="BYTE"), tf.int64),
+                     exclusive=True)                                            # [B]
+    starts = char_starts.flat_values + tf.gather(base, char_starts.value_rowids())  # rising
+    at = tf.searchsorted(starts, tf.gather(base, sentence) + byte_offsets, side="left",
+                         out_type=tf.int64)
+    return tf.cast(at - tf.gather(char_starts.row_splits, sentence), tf.int32)
 
 
 def _check_words(words):
@@ -177,8 +184,8 @@ def export_tagger(model, vocab: tokenizer_lib.Vocab, output: str, *, max_seq_len
         return {
             "entity_type": per_request(tf.gather(tf.constant(tagging.type_names),
                                                  tf.gather(out["kind"], first)), ""),
-            "entity_start": per_request(_to_chars(text, sentence, start), -1),
-            "entity_end": per_request(_to_chars(text, sentence, end), -1),
+            "entity_start": per_request(to_chars(text, sentence, start), -1),
+            "entity_end": per_request(to_chars(text, sentence, end), -1),
             "entity_text": per_request(tf.strings.substr(tf.gather(text, sentence), start,
                                                          end - start, unit="BYTE"), ""),
             "entity_score": per_request(score, 0.0),

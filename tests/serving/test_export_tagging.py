@@ -58,7 +58,7 @@ def test_text_gives_entities_whose_spans_are_the_inputs_characters(setup):
     split, byte_start, byte_end = export_tagging.split_words(
         tagging.windows.tokenizer, tagging.is_continuation, text_tensor)
     sentence = split.value_rowids()
-    char_start, char_end = (export_tagging._to_chars(text_tensor, sentence, b).numpy()  # pylint: disable=protected-access
+    char_start, char_end = (export_tagging.to_chars(text_tensor, sentence, b).numpy()
                             for b in (byte_start, byte_end))
     first_word = np.cumsum([0] + [len(r) for r in _text(split.to_list())])
     for i, text in enumerate(TEXTS):
@@ -136,3 +136,20 @@ def test_malformed_requests_are_refused_and_serving_runs_both_signatures(setup, 
     assert empty["num_entities"].shape == [0] and empty["entity_start"].shape == [0, 0]
     padding = loaded.signatures["words"](words=tf.constant([["", ""]]))
     assert padding["tags"].numpy().tolist() == [[b"", b""]]
+
+
+def test_byte_offsets_become_character_offsets_in_every_text():
+    """`to_chars` against Python's own count, offsets of every text of a batch (one
+    empty), at character boundaries and each text's end, in any order."""
+    texts = TEXTS + ["🙂 a\u0301b ﬁ İ\u200bz"]
+    sentence, offsets, expected = [], [], []
+    for i, text in enumerate(texts):
+        for chars in range(len(text) + 1):
+            sentence.append(i)
+            offsets.append(len(text[:chars].encode("utf-8")))
+            expected.append(chars)
+    order = np.random.default_rng(0).permutation(len(offsets))
+    got = export_tagging.to_chars(tf.constant(texts), tf.constant(np.array(sentence)[order]),
+                                  tf.constant(np.array(offsets, np.int64)[order]))
+    assert got.dtype == tf.int32
+    np.testing.assert_array_equal(got.numpy(), np.array(expected)[order])
