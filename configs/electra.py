@@ -96,6 +96,10 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
     config.train.adam_beta1 = 0.9             # paper: 0.9
     config.train.adam_beta2 = 0.999           # paper: 0.999
     config.train.adam_epsilon = 1e-6          # paper: 1e-6
+    config.train.adam_bias_correction = tiny  # adamw's; the original: none (BERT's
+                                              # AdamWeightDecayOptimizer), which its
+                                              # learning rates are for; tiny (ours):
+                                              # tuned with it
     config.train.clip_norm = 1.0              # global-norm clipping; paper: 1.0
     config.train.steps_per_loop = 10 if tiny else 100  # steps per tf.function call
                                               # (TPUs: 500-1000, docs/accelerators.md)

@@ -61,6 +61,8 @@ def get_config(arg: str = "mrpc") -> ml_collections.ConfigDict:
     config.train.layerwise_lr_decay = preset.layerwise_lr_decay  # 0 = from it (0.8; Large 0.9)
     config.train.warmup_proportion = schedule.warmup_proportion  # original: 0.1
     config.train.weight_decay = schedule.weight_decay    # original: 0.01
+    config.train.adam_bias_correction = False   # original: none (BERT's AdamWeightDecay-
+    #                                       Optimizer), which its learning rates are for
     config.train.clip_norm = 1.0                         # original: 1.0
     config.train.eval_every = 0           # steps between dev evaluations; 0 = every epoch
     config.train.steps_per_loop = 100     # steps per tf.function call (and log line)

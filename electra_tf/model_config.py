@@ -70,6 +70,7 @@ EARLIER_DEFAULTS = {
     "train.vocabulary_padding": "auto",
     "train.eval_predictions": 3,
     "train.profile_steps": 0,
+    "train.adam_bias_correction": True,   # adamw's, before the original's was an option
 }
 
 

@@ -141,7 +141,8 @@ class FineTuner:
                 learning_rate=optimizer_lib.WarmupLinearDecay(config.train.learning_rate,
                                                               warmup, steps),
                 weight_decay=config.train.weight_decay, beta_1=0.9, beta_2=0.999,
-                epsilon=1e-6, global_clipnorm=config.train.clip_norm or None)
+                epsilon=1e-6, global_clipnorm=config.train.clip_norm or None,
+                bias_correction=config.train.adam_bias_correction)
             self.optimizer.exclude_from_weight_decay(
                 var_list=optimizer_lib.no_decay_variables(self.model))
             self.optimizer.build(self.model.trainable_variables)
@@ -193,10 +194,15 @@ class FineTuner:
         return tf.nest.map_structure(lambda *parts: np.concatenate(parts)[order], *outputs)
 
 
+# Fields of configs/finetune.py that an earlier version's config.json lacks, at the value
+# that version ran with (`complete`).
+EARLIER_DEFAULTS = {"train.adam_bias_correction": True}
+
 def complete(config) -> ml_collections.ConfigDict:
     """A copy of the fine-tuning `config` (a ConfigDict or a config.json's dict) with the
     task's own fields that it lacks (a config.json of an earlier version) from the
-    task's defaults (`Task.configure`); an unknown task is a `UserError`."""
+    task's defaults (`Task.configure`), and the fields an earlier version ran without at
+    the value it ran with (`EARLIER_DEFAULTS`); an unknown task is a `UserError`."""
     completed = ml_collections.ConfigDict(
         config.to_dict() if hasattr(config, "to_dict") else config)
     defaults = ml_collections.ConfigDict({"data": {}, "model": {}, "train": {}})
@@ -205,7 +211,8 @@ def complete(config) -> ml_collections.ConfigDict:
     return model_config.fill_absent(completed, {
         **{section: ml_collections.ConfigDict() for section in defaults},
         **{f"{section}.{name}": value
-           for section, fields in defaults.items() for name, value in fields.items()}})
+           for section, fields in defaults.items() for name, value in fields.items()},
+        **EARLIER_DEFAULTS})
 
 
 def validate(config) -> ml_collections.ConfigDict:
@@ -228,7 +235,8 @@ def _check_resume_config(config, workdir, task: task_lib.Task):
     position and the head depend on them; a run started from another pre-trained model
     would go on, or be reported, as if it were this one)."""
     _check_resume(config, workdir, ("task", "init_checkpoint", "train.batch_size",
-                                    "train.seed", "data.max_seq_length") + task.resume_keys)
+                                    "train.seed", "data.max_seq_length",
+                                    "train.adam_bias_correction") + task.resume_keys)
 
 
 def _check_resume(config, workdir, keys, source: str = "") -> None:

@@ -1,13 +1,17 @@
 """AdamW (or LAMB) with the original's schedule, weight-decay exclusions and clipping.
 
-Learning rate: linear warm-up from 0 to the peak over `warmup_steps`, then linear decay
-to 0 at `steps` (the original's polynomial decay with power 1). Weight decay is
-decoupled (`var -= lr * wd * var`) and skips LayerNorm scales/offsets and every bias.
-Gradients are clipped to a global norm of `clip_norm` by Keras (`global_clipnorm`).
+Learning rate: the original's, `peak · min(1, step / warmup_steps) · (1 − step / steps)`
+(its polynomial decay of power 1 to 0 at `steps`, scaled by the warm-up's fraction).
+Weight decay is decoupled (`var -= lr * wd * var`) and skips LayerNorm scales/offsets and
+every bias. Gradients are clipped to a global norm of `clip_norm` by Keras
+(`global_clipnorm`). Adam's moments are bias-corrected or not (`bias_correction`): the
+original's AdamWeightDecayOptimizer (BERT's) does not correct them, so its first
+hundreds of steps are several times larger than corrected Adam's (~3.2x at step 100,
+1.6x at 500), the steps its hyper-parameters were tuned with.
 
 >>> schedule = WarmupLinearDecay(peak=1.0, warmup_steps=10, total_steps=110)
->>> [round(float(schedule(s)), 2) for s in (0, 5, 10, 60, 110, 200)]
-[0.0, 0.5, 0.91, 0.45, 0.0, 0.0]
+>>> [round(float(schedule(s)), 3) for s in (0, 5, 10, 60, 110, 200)]
+[0.0, 0.477, 0.909, 0.455, 0.0, 0.0]
 """
 
 import contextlib
@@ -20,7 +24,8 @@ from electra_tf import errors
 
 
 class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """peak · step / warmup during warm-up, then peak · (1 − step / total) down to 0."""
+    """peak · min(1, step / warmup) · (1 − step / total), 0 from `total` on (no warm-up:
+    the decay alone)."""
 
     def __init__(self, peak: float, warmup_steps: int, total_steps: int):
         self.peak = peak
@@ -29,9 +34,10 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step):
         step = tf.cast(step, tf.float32)
-        warmup = self.peak * step / max(self.warmup_steps, 1)
         decay = self.peak * tf.maximum(0.0, 1.0 - step / max(self.total_steps, 1))
-        return tf.where(step < self.warmup_steps, warmup, decay)
+        if not self.warmup_steps:
+            return decay
+        return tf.minimum(1.0, step / self.warmup_steps) * decay
 
     def get_config(self):
         return {"peak": self.peak, "warmup_steps": self.warmup_steps,
@@ -55,10 +61,15 @@ class AdamW(compat.GradientsSummedByCaller, compat.AroundVariableUpdates,
     `lr·√(1−β₂ᵗ)/(1−β₁ᵗ) · m/(√v+ε)`) in one op: less host memory (BENCHMARKS.md,
     "Memory"). It takes 1 − β in float32 where Keras takes it in Python, so `v` differs
     from Keras' by ~1e-5 relative (β₂ = 0.999). Another dtype or `amsgrad` takes Keras'
-    own path. Gradients arrive summed over replicas (`compat.GradientsSummedByCaller`)."""
+    own path. Gradients arrive summed over replicas (`compat.GradientsSummedByCaller`).
 
-    def __init__(self, *args, **kwargs):
+    `bias_correction=False` is the original ELECTRA's update (BERT's
+    AdamWeightDecayOptimizer): `lr · m/(√v+ε)`, the kernel's with both β powers 0; Keras'
+    own path (another dtype, `amsgrad`) always corrects."""
+
+    def __init__(self, *args, bias_correction: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
+        self.bias_correction = bias_correction
         self._shared = _StepScalars()
 
     @contextlib.contextmanager
@@ -74,6 +85,8 @@ class AdamW(compat.GradientsSummedByCaller, compat.AroundVariableUpdates,
     def _step_scalars(self):
         beta_1, beta_2, epsilon = (tf.cast(x, tf.float32)
                                    for x in (self.beta_1, self.beta_2, self.epsilon))
+        if not self.bias_correction:  # lr·√(1−0)/(1−0) = lr: m and v as they are
+            return beta_1, beta_2, epsilon, tf.zeros([]), tf.zeros([])
         step = tf.cast(self.iterations + 1, tf.float32)
         return beta_1, beta_2, epsilon, tf.pow(beta_1, step), tf.pow(beta_2, step)
 
@@ -152,6 +165,8 @@ def create_optimizer(train_config, model: keras.Model, dtype_policy: str = "floa
                   epsilon=train_config.adam_epsilon,
                   global_clipnorm=train_config.clip_norm or None)
     check_optimizer(train_config)
+    if train_config.optimizer == "adamw":
+        kwargs["bias_correction"] = train_config.adam_bias_correction
     optimizer = OPTIMIZERS[train_config.optimizer](**kwargs)
     optimizer.exclude_from_weight_decay(var_list=no_decay_variables(model, *layers))
     if dtype_policy == "mixed_float16":

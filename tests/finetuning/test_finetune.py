@@ -339,6 +339,14 @@ def test_resume_with_a_different_batch_size_is_refused(pretrained, tmp_path):
     loop.finetune(_config("sst2", pretrained, str(data), epochs=1), workdir)
     with pytest.raises(errors.UserError, match="config.train.batch_size=8 differs"):
         loop.finetune(_config("sst2", pretrained, str(data), epochs=1, batch_size=8), workdir)
+    # A run of an earlier version (no adam_bias_correction in its config.json) was
+    # bias-corrected: it does not take the new default silently.
+    saved = json.load(open(os.path.join(workdir, "config.json")))
+    del saved["train"]["adam_bias_correction"]
+    json.dump(saved, open(os.path.join(workdir, "config.json"), "w"))
+    with pytest.raises(errors.UserError, match=r"config.train.adam_bias_correction=False "
+                                               r"differs from the run in .* \(True\)"):
+        loop.finetune(_config("sst2", pretrained, str(data), epochs=1), workdir)
     # Nor from another pre-trained model: it would report this run's model as its own.
     other = str(tmp_path / "other_pretrained")
     shutil.copytree(pretrained, other)

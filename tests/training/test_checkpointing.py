@@ -118,7 +118,8 @@ def test_no_checkpoint_starts_from_step_0(tmp_path):
 
 def test_a_resume_is_checked_against_the_runs_completed_config(tmp_path):
     """A trained run's config.json of an earlier version (lacking the later keys) resumes
-    with the values that version ran with; another batch size or seed is refused."""
+    with the values that version ran with; another batch size, seed or Adam update
+    (an earlier run's was bias-corrected) is refused."""
     from configs import electra as electra_configs  # pylint: disable=g-import-not-at-top
     from electra_tf import model_config  # pylint: disable=g-import-not-at-top
     from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
@@ -132,7 +133,8 @@ def test_a_resume_is_checked_against_the_runs_completed_config(tmp_path):
     workdir_lib.write_json(workdir, workdir_lib.CONFIG, earlier)
     _save(workdir_lib.checkpoints(workdir), [5])
     checkpointing.check_same_run(config, workdir, vocab=None)
-    for key, value in (("train.batch_size", 3), ("train.seed", 7)):
+    for key, value in (("train.batch_size", 3), ("train.seed", 7),
+                       ("train.adam_bias_correction", False)):
         changed = loop.validate(config)
         section, field = key.split(".")
         changed[section][field] = value

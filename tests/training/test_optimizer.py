@@ -36,9 +36,10 @@ def model():
 
 
 def test_warmup_linear_decay_values():
+    """The original's: polynomial decay (power 1) times min(1, step / warm-up)."""
     schedule = optimizer_lib.WarmupLinearDecay(peak=2e-3, warmup_steps=10, total_steps=110)
     steps = [0, 1, 5, 9, 10, 11, 60, 109, 110, 500]
-    expected = [2e-3 * s / 10 if s < 10 else 2e-3 * max(0.0, 1 - s / 110) for s in steps]
+    expected = [2e-3 * max(0.0, 1 - s / 110) * min(1.0, s / 10) for s in steps]
     got = [float(schedule(tf.constant(s))) for s in steps]
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-12)
     assert got[0] == 0.0 and got[-1] == 0.0
@@ -178,6 +179,52 @@ def test_fused_adamw_matches_keras_adamw(compiled):
 
 def _values(variables):
     return [v.numpy() for v in variables]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_adamw_without_bias_correction_is_the_originals_update(compiled):
+    """bias_correction=False: the original's AdamWeightDecayOptimizer, written out in
+    numpy (m, v; update = m/(√v+ε) + wd·w on decayed variables; w −= lr·update), after
+    global-norm clipping, with its warm-up and decay; in a tf.function under XLA too."""
+    schedule = optimizer_lib.WarmupLinearDecay(peak=1e-2, warmup_steps=3, total_steps=10)
+    optimizer = optimizer_lib.AdamW(learning_rate=schedule, weight_decay=0.01, beta_1=0.9,
+                                    beta_2=0.999, epsilon=1e-6, global_clipnorm=1.0,
+                                    bias_correction=False)
+    rng = np.random.default_rng(1)
+    values = [rng.normal(size=s).astype(np.float32) for s in ([4, 3], [3])]
+    variables = [keras.Variable(v, name=n) for v, n in zip(values, ("kernel", "bias"))]
+    optimizer.exclude_from_weight_decay(var_list=[variables[1]])
+    optimizer.build(variables)
+    step = lambda grads: optimizer.apply_gradients(zip(grads, variables))
+    step = tf.function(step, jit_compile=True) if compiled else step
+    w = [v.astype(np.float64) for v in values]
+    m, v = [np.zeros_like(x) for x in w], [np.zeros_like(x) for x in w]
+    for t in range(6):
+        grads = [rng.normal(size=x.shape, scale=rng.choice([0.01, 3.0])).astype(np.float32)
+                 for x in w]
+        step([tf.constant(g) for g in grads])
+        norm = np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads))
+        lr = 1e-2 * min(1.0, t / 3) * max(0.0, 1 - t / 10)
+        for i, g in enumerate(grads):
+            g = g * min(1.0, 1.0 / norm)
+            m[i] = 0.9 * m[i] + 0.1 * g
+            v[i] = 0.999 * v[i] + 0.001 * g ** 2
+            update = m[i] / (np.sqrt(v[i]) + 1e-6) + (0.01 * w[i] if i == 0 else 0.0)
+            w[i] = w[i] - lr * update
+    assert int(optimizer.iterations) == 6
+    for ours, theirs, start in zip(_values(variables), w, values):
+        assert np.abs(theirs - start).max() > 1e-3
+        np.testing.assert_allclose(ours - start, theirs - start, rtol=2e-4, atol=2e-6)
+
+
+def test_the_configs_say_whether_adam_is_bias_corrected(model):
+    """The paper's sizes (and fine-tuning) take the original's uncorrected Adam; tiny,
+    ours, the corrected one it was tuned with."""
+    from configs import finetune as finetune_configs  # pylint: disable=g-import-not-at-top
+    assert not finetune_configs.get_config("mrpc").train.adam_bias_correction
+    for size, corrected in (("tiny", True), ("small", False), ("base", False)):
+        config = load_config(size)
+        assert optimizer_lib.create_optimizer(config.train, model).bias_correction is corrected
 
 
 def test_fused_adamw_update_is_a_few_ops_per_variable():
