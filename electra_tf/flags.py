@@ -25,10 +25,12 @@ def open_corpus_from_flags():
     return corpus.open_corpus(f.input, f.tfds, f.tfds_data_dir, f.tfds_text_key)
 
 
-def check_output_path(flag: str, path: str, directory: bool = False) -> None:
+def check_output_path(flag: str, path: str, directory: bool = False,
+                      overwrite: bool = True) -> None:
     """Raises `UserError` naming `--flag=path` if the tool could not write there: a
     directory where a file goes, a file where a directory goes, a file on the way to it,
-    or a folder it may not write in. Missing folders are fine (the tools make them).
+    or a folder it may not write in; with `overwrite` False, a file already there. Missing
+    folders are fine (the tools make them).
 
     >>> check_output_path("output", "/")
     Traceback (most recent call last):
@@ -39,6 +41,9 @@ def check_output_path(flag: str, path: str, directory: bool = False) -> None:
         return
     if os.path.isdir(path) and not directory:
         raise errors.UserError(f"--{flag}={path}: a directory; give the path of a file")
+    if not overwrite and os.path.isfile(path):
+        raise errors.UserError(f"--{flag}={path} exists; pass --overwrite to replace it or "
+                               "choose another path")
     if os.path.exists(path) and not os.path.isdir(path) and directory:
         raise errors.UserError(f"--{flag}={path}: a file, not a directory")
     parent = os.path.dirname(os.path.abspath(path))

@@ -122,25 +122,32 @@ def test_each_algorithm_resumes_exactly_after_sigkill(data, tmp_path, name):
     run = (*RUN[:6], *KILLED[name])
     with open(tmp_path / "uninterrupted.log", "w") as log:
         reference = _start(data, str(tmp_path / "uninterrupted"), log, run)
-        final = _kill_and_resume(data, str(tmp_path / "run"), run)
-        assert reference.wait(timeout=600) == 0, (tmp_path / "uninterrupted.log").read_text()
+        try:
+            # 2 intervals of the 4 left: the reference may end first and speed it up.
+            final = _kill_and_resume(data, str(tmp_path / "run"), run, intervals=2)
+            assert reference.wait(timeout=600) == 0, (
+                tmp_path / "uninterrupted.log").read_text()[-3000:]
+        finally:
+            reference.kill()
     _assert_same_checkpoint(final, tf.train.latest_checkpoint(
         str(tmp_path / "uninterrupted" / "checkpoints")))
 
 
-def _kill_and_resume(data, workdir, run):
+def _kill_and_resume(data, workdir, run, intervals=3):
     """Kills `run` at a random moment after its second checkpoint and resumes it with the
     same command; its last checkpoint."""
     with open(os.path.join(os.path.dirname(workdir), "killed.log"), "w") as log:
         process = _start(data, workdir, log, run)
-        # Once two checkpoints exist, kill at a random moment of the next ~3 checkpoint
-        # intervals (measured: machines differ several-fold), before the run's end:
-        # inside a loop, between loops or while a checkpoint is being written.
+        # Once two checkpoints exist, kill at a random moment of the next `intervals`
+        # checkpoint intervals (measured: machines differ several-fold), before the run's
+        # end: inside a loop, between loops or while a checkpoint is being written.
         _wait_for(lambda: 10 in _checkpoint_steps(workdir), process)
         first = time.time()
         _wait_for(lambda: 20 in _checkpoint_steps(workdir), process)
         interval = time.time() - first
-        time.sleep(random.Random(os.getpid()).uniform(0.0, 3 * interval))
+        delay = random.Random().uniform(0.0, intervals * interval)
+        print(f"killed {delay:.2f} s after step 20 (interval {interval:.2f} s)")
+        time.sleep(delay)
         process.kill()
         process.wait()
     killed_at = max(_checkpoint_steps(workdir), default=0)

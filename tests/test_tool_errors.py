@@ -114,7 +114,8 @@ CASES = {
 # they run with a `tensorflow` on the path that cannot be imported.
 BEFORE_TENSORFLOW = ("export_under_a_file", "sample_corpus_under_a_file",
                      "plot_output_is_a_directory", "predictions_html_is_a_directory",
-                     "compare_budget_objective_is_gone", "a_glob_the_shell_expanded")
+                     "compare_budget_objective_is_gone", "a_glob_the_shell_expanded",
+                     "sample_corpus_exists")
 
 
 @pytest.fixture(scope="module")

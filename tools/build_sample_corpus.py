@@ -33,10 +33,10 @@ def main(argv):
     del argv
     for flag in (_OUTPUT, _HELDOUT_OUTPUT):
         if flag.value:
-            common_flags.check_output_path(flag.name, flag.value)
+            common_flags.check_output_path(flag.name, flag.value, overwrite=_OVERWRITE.value)
     from electra_tf.text import corpus  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    for flag in (_OUTPUT, _HELDOUT_OUTPUT):
+    for flag in (_OUTPUT, _HELDOUT_OUTPUT):  # a URL (gs://) answers here, after TF
         if flag.value and tf.io.gfile.exists(flag.value) and not _OVERWRITE.value:
             raise errors.UserError(f"--{flag.name}={flag.value} exists; pass --overwrite "
                                    "to replace it or choose another path")

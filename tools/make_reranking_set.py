@@ -103,7 +103,7 @@ def main(argv):
     if unknown or not _CORRUPTIONS.value:
         raise errors.UserError(f"--corruptions={','.join(_CORRUPTIONS.value)}: choose from "
                                f"{', '.join(CORRUPTIONS)}")
-    common_flags.check_output_path("output", _OUTPUT.value)
+    common_flags.check_output_path("output", _OUTPUT.value, overwrite=_OVERWRITE.value)
     if not tf.io.gfile.exists(_INPUT.value):
         raise errors.UserError(f"--input={_INPUT.value}: not found")
     if tf.io.gfile.exists(_OUTPUT.value) and not _OVERWRITE.value:

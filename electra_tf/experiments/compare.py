@@ -86,6 +86,10 @@ def finetune(pretrained: str, tuning, output: str) -> dict:
     from electra_tf.finetuning import loop as finetune_loop  # pylint: disable=g-import-not-at-top
     run = tuning.copy_and_resolve_references()
     run.init_checkpoint = pretrained
+    saved = workdir_lib.read_json(output, workdir_lib.CONFIG)
+    if saved is not None:  # a run of an earlier version goes on with the Adam it began with
+        run.train.adam_bias_correction = finetune_loop.complete(
+            saved).train.adam_bias_correction
     metrics = finetune_loop.finetune(run, output)
     return next(iter(metrics.values()))  # the first dev split's
 

@@ -198,6 +198,7 @@ class FineTuner:
 # that version ran with (`complete`).
 EARLIER_DEFAULTS = {"train.adam_bias_correction": True}
 
+
 def complete(config) -> ml_collections.ConfigDict:
     """A copy of the fine-tuning `config` (a ConfigDict or a config.json's dict) with the
     task's own fields that it lacks (a config.json of an earlier version) from the
@@ -254,6 +255,8 @@ def _check_resume(config, workdir, keys, source: str = "") -> None:
         section, _, name = key.rpartition(".")
         old = saved[section].get(name) if section else saved.get(name)
         new = config[section][name] if section else config[name]
+        if key == "init_checkpoint":  # one run however it is spelt: runs/a/, ./runs/a
+            old, new = (workdir_lib.absolute(p).rstrip("/") if p else p for p in (old, new))
         if old != new:
             raise errors.UserError(f"config.{key}={new}{source} differs from the run in "
                                    f"{workdir} ({old}); resume with the same value or use a "

@@ -27,8 +27,9 @@ The hooks (R: every member fills it in; the others have the default said):
   R loss(model, inputs, labels)   → per-row loss [b] (the loop sums and divides by the
                                     global batch)
   R evaluate(split, rows, outputs) → Evaluation: metrics, files for the run dir
-    predict_test(split, rows, outputs) → (file in the run dir, its text); default: the
-                                    task has no test predictions (config.predict_test)
+    predict_test(split, rows, outputs) → Evaluation: its one file for the run dir, and
+                                    metrics where the test file holds the answers;
+                                    default: no test predictions (config.predict_test)
   R export(model, vocab, max_seq_length, output, lower_case) → SavedModel path
 
 `outputs` are the model's inference outputs (a tensor or a dict of them) for every row,

@@ -139,13 +139,14 @@ def check_same_run(config, workdir, vocab):
                 f"config.{section}.{key}={now!r}, but the run in {workdir} was started with "
                 f"{before!r} ({path}): use another --workdir, or the same value to resume")
     # Once it has trained (a converted workdir is at step 0), also what the position in
-    # the data stream depends on, and Adam's update rule (a run of an earlier version,
-    # bias-corrected, does not take the new default silently).
+    # the data stream depends on, and AdamW's update rule (a run of an earlier version,
+    # bias-corrected, does not take the new default silently; LAMB has no such option).
     latest = workdir_lib.latest_checkpoint(workdir)
     trained = latest and not latest.endswith("-0")
+    adamw = (("train", "adam_bias_correction"),) if config.train.optimizer == "adamw" else ()
     for section, key in ((("data", "max_seq_length"), ("data", "shuffle_buffer"),
-                          ("train", "batch_size"), ("train", "seed"),
-                          ("train", "adam_bias_correction")) if trained else ()):
+                          ("train", "batch_size"), ("train", "seed"), *adamw)
+                         if trained else ()):
         before, now = completed[section][key], config[section][key]
         if before != now:
             raise errors.UserError(

@@ -65,10 +65,14 @@ class AdamW(compat.GradientsSummedByCaller, compat.AroundVariableUpdates,
 
     `bias_correction=False` is the original ELECTRA's update (BERT's
     AdamWeightDecayOptimizer): `lr · m/(√v+ε)`, the kernel's with both β powers 0; Keras'
-    own path (another dtype, `amsgrad`) always corrects."""
+    own path corrects (`amsgrad` refuses the option; a variable not in float32, which no
+    policy of ours makes, takes it)."""
 
     def __init__(self, *args, bias_correction: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
+        if self.amsgrad and not bias_correction:
+            raise ValueError("AdamW(amsgrad=True) takes Keras' update, which corrects the "
+                             "moments: bias_correction=False cannot be kept")
         self.bias_correction = bias_correction
         self._shared = _StepScalars()
 

@@ -14,6 +14,7 @@ import tensorflow as tf
 from configs import finetune as finetune_configs  # pylint: disable=g-bad-import-order
 from electra_tf import errors
 from electra_tf.finetuning import loop
+from electra_tf.finetuning import tasks
 from electra_tf.finetuning import model as model_lib
 from electra_tf.finetuning.glue import specs as glue_specs
 from electra_tf.model import encoder
@@ -347,6 +348,10 @@ def test_resume_with_a_different_batch_size_is_refused(pretrained, tmp_path):
     with pytest.raises(errors.UserError, match=r"config.train.adam_bias_correction=False "
                                                r"differs from the run in .* \(True\)"):
         loop.finetune(_config("sst2", pretrained, str(data), epochs=1), workdir)
+    # The same pre-trained run however its path is spelt resumes.
+    again = _config("sst2", pretrained + "/", str(data), epochs=1)
+    again.train.adam_bias_correction = True
+    loop._check_resume_config(again, workdir, tasks.get("sst2", again))  # pylint: disable=protected-access
     # Nor from another pre-trained model: it would report this run's model as its own.
     other = str(tmp_path / "other_pretrained")
     shutil.copytree(pretrained, other)

@@ -133,6 +133,9 @@ def test_a_resume_is_checked_against_the_runs_completed_config(tmp_path):
     workdir_lib.write_json(workdir, workdir_lib.CONFIG, earlier)
     _save(workdir_lib.checkpoints(workdir), [5])
     checkpointing.check_same_run(config, workdir, vocab=None)
+    lamb = loop.validate(config)  # LAMB has no bias-correction option to keep
+    lamb.train.optimizer, lamb.train.adam_bias_correction = "lamb", False
+    checkpointing.check_same_run(lamb, workdir, vocab=None)
     for key, value in (("train.batch_size", 3), ("train.seed", 7),
                        ("train.adam_bias_correction", False)):
         changed = loop.validate(config)
