@@ -136,7 +136,10 @@ def test_positions_are_uniform_over_maskable_tokens():
     ids[:, 0], ids[:, 11] = CLS, SEP
     batch = {"input_ids": tf.constant(ids), "input_mask": tf.ones_like(ids),
              "segment_ids": tf.zeros_like(ids)}
-    positions = masking.mask_batch(batch, config(seq_length=12))["masked_lm_positions"].numpy()
+    # Seeded: one draw, the same every run (unseeded, ~1% of draws fell under the bound:
+    # each count is ~400 ± 19, the bound 3 standard deviations down).
+    positions = masking.mask_batch(batch, config(seq_length=12), seed=tf.constant(
+        [0, 1], tf.int64))["masked_lm_positions"].numpy()
     counts = np.bincount(positions[:, :2].ravel(), minlength=12)  # ceil(.15 * 10) = 2 each
     assert counts[0] == counts[11] == 0
     assert counts[1:11].min() > 0.85 * counts[1:11].mean()
