@@ -49,8 +49,9 @@ _GENERATOR_KEYS = {field: f"generator_{key}" for field, key in _DISCRIMINATOR_KE
 # What a config.json written before a key existed meant by its absence: the value that
 # version ran with, the key's default in configs/electra.py for every size but where the
 # default changed when the key came (train.adam_bias_correction: tiny's only;
-# tests/test_model_config.py holds them so). Two keys are derived instead: model.attention_dropout was model.dropout, and
-# model.tie stays absent, for `_tie` to read tie_embeddings as that version did.
+# tests/test_model_config.py holds them so). Two keys are derived instead:
+# model.attention_dropout was model.dropout, and model.tie stays absent, for `_tie` to
+# read tie_embeddings as that version did.
 EARLIER_DEFAULTS = {
     "data.whole_word_masking": False,
     "data.skip_damaged_shards": False,
