@@ -29,7 +29,8 @@ def check_output_path(flag: str, path: str, directory: bool = False,
                       overwrite: bool = True) -> None:
     """Raises `UserError` naming `--flag=path` if the tool could not write there: a
     directory where a file goes, a file where a directory goes, a file on the way to it,
-    or a folder it may not write in; with `overwrite` False, a file already there. Missing
+    or a folder it may not write in; with `overwrite` False, a file already there (on a
+    URL, the one check made there: through TF's file system, imported then). Missing
     folders are fine (the tools make them).
 
     >>> check_output_path("output", "/")
@@ -37,13 +38,18 @@ def check_output_path(flag: str, path: str, directory: bool = False,
     ...
     electra_tf.errors.UserError: --output=/: a directory; give the path of a file
     """
+    exists = errors.UserError(f"--{flag}={path} exists; pass --overwrite to replace it or "
+                              f"choose another --{flag}")
     if "://" in path:  # gs:// and other remote file systems answer for themselves
+        if not overwrite:
+            import tensorflow as tf  # pylint: disable=g-import-not-at-top
+            if tf.io.gfile.exists(path):
+                raise exists
         return
     if os.path.isdir(path) and not directory:
         raise errors.UserError(f"--{flag}={path}: a directory; give the path of a file")
     if not overwrite and os.path.isfile(path):
-        raise errors.UserError(f"--{flag}={path} exists; pass --overwrite to replace it or "
-                               "choose another path")
+        raise exists
     if os.path.exists(path) and not os.path.isdir(path) and directory:
         raise errors.UserError(f"--{flag}={path}: a file, not a directory")
     parent = os.path.dirname(os.path.abspath(path))

@@ -5,6 +5,7 @@ vocab cases of create_pretraining_data)."""
 import os
 
 import pytest
+import tensorflow as tf
 
 from electra_tf import errors
 from electra_tf import flags as common_flags
@@ -176,6 +177,18 @@ def test_check_output_path(tmp_path):
         common_flags.check_output_path("output_dir", str(tmp_path / "file"), directory=True)
     with pytest.raises(errors.UserError, match=f"^--output=.*: {tmp_path}/file is a file"):
         common_flags.check_output_path("output", str(tmp_path / "file" / "a" / "b.txt"))
+    # A file already there: refused without --overwrite, locally and on a URL.
+    common_flags.check_output_path("output", str(tmp_path / "file"))
+    with pytest.raises(errors.UserError, match=r"^--output=.*/file exists; pass --overwrite "
+                                               r"to replace it or choose another --output$"):
+        common_flags.check_output_path("output", str(tmp_path / "file"), overwrite=False)
+    url = f"ram://check_output_path_{os.getpid()}/file"
+    common_flags.check_output_path("output", url, overwrite=False)
+    tf.io.gfile.makedirs(os.path.dirname(url))
+    with tf.io.gfile.GFile(url, "w") as f:
+        f.write("x")
+    with pytest.raises(errors.UserError, match=f"^--output={url} exists"):
+        common_flags.check_output_path("output", url, overwrite=False)
 
 
 def test_write_corpus_makes_its_folder(tmp_path):

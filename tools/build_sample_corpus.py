@@ -17,7 +17,6 @@ if __name__ == "__main__":  # run as a tool, not imported (tests import some too
 
 from absl import flags
 
-from electra_tf import errors
 from electra_tf import flags as common_flags
 
 _OUTPUT = flags.DEFINE_string("output", None, "Text file to write.", required=True)
@@ -35,11 +34,6 @@ def main(argv):
         if flag.value:
             common_flags.check_output_path(flag.name, flag.value, overwrite=_OVERWRITE.value)
     from electra_tf.text import corpus  # pylint: disable=g-import-not-at-top
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    for flag in (_OUTPUT, _HELDOUT_OUTPUT):  # a URL (gs://) answers here, after TF
-        if flag.value and tf.io.gfile.exists(flag.value) and not _OVERWRITE.value:
-            raise errors.UserError(f"--{flag.name}={flag.value} exists; pass --overwrite "
-                                   "to replace it or choose another path")
     documents = list(corpus.stdlib_documents())
     heldout = []
     if _HELDOUT_OUTPUT.value:

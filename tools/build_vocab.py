@@ -17,7 +17,6 @@ if __name__ == "__main__":  # run as a tool, not imported (tests import some too
 import time
 
 from absl import flags
-import tensorflow as tf
 
 from electra_tf import errors
 from electra_tf import flags as common_flags
@@ -44,10 +43,8 @@ def main(argv):
     del argv
     start = time.monotonic()
     output = _OUTPUT.value
-    common_flags.check_output_path("output", output)
-    if tf.io.gfile.exists(output) and not _OVERWRITE.value:  # before the corpus is read
-        raise errors.UserError(f"--output={output} exists; pass --overwrite to replace it "
-                               "or choose another --output")
+    # Before the corpus is read.
+    common_flags.check_output_path("output", output, overwrite=_OVERWRITE.value)
     source = common_flags.open_corpus_from_flags()
     progress, read = corpus.progress_of(
         source, log=lambda line: print(f"reading: {line}", flush=True))

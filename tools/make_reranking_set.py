@@ -106,9 +106,6 @@ def main(argv):
     common_flags.check_output_path("output", _OUTPUT.value, overwrite=_OVERWRITE.value)
     if not tf.io.gfile.exists(_INPUT.value):
         raise errors.UserError(f"--input={_INPUT.value}: not found")
-    if tf.io.gfile.exists(_OUTPUT.value) and not _OVERWRITE.value:
-        raise errors.UserError(f"--output={_OUTPUT.value} exists; pass --overwrite to "
-                               "replace it or choose another --output")
     # The corpus reader's lines: split at "\n" alone, a line that is not UTF-8 skipped
     # (counted), an unreadable file a one-line error.
     stats = corpus.CorpusStats()

@@ -15,13 +15,13 @@ and encoder, tensors mean tie=embeddings, and all). The names and transposes are
 ('electra.embeddings_project.weight', True)
 """
 
-import json
 import os
 import re
 
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import workdir as workdir_lib
 from electra_tf.convert import files
 from electra_tf.convert import formats
 from electra_tf.convert import table
@@ -122,14 +122,9 @@ def _directories(path: str) -> dict[str, str]:
                                 "give a Hugging Face ELECTRA directory")
 
 
-def _read_json(path: str) -> dict:
-    with tf.io.gfile.GFile(path, "r") as f:
-        return json.load(f)
-
-
 def _read_config(directory: str) -> dict:
     path = os.path.join(directory, "config.json")
-    config = _read_json(path)
+    config = workdir_lib.read_json(directory, "config.json")  # there (`_directories`)
     if config.get("model_type") != "electra":
         raise table.ConversionError(f"{path}: model_type is {config.get('model_type')!r}, "
                                     "not 'electra'")
@@ -278,8 +273,6 @@ class HuggingFace(formats.Format):
 
 def _lower_case(directory: str) -> bool | None:
     """do_lower_case of the directory's tokenizer_config.json, if it says."""
-    path = os.path.join(directory, "tokenizer_config.json")
-    if not tf.io.gfile.exists(path):
-        return None
-    value = _read_json(path).get("do_lower_case")
+    value = (workdir_lib.read_json(directory, "tokenizer_config.json") or {}).get(
+        "do_lower_case")
     return None if value is None else bool(value)
