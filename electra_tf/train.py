@@ -24,7 +24,8 @@ def main(argv):
     from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
     logging.set_verbosity(logging.INFO)
     results = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-    print("final metrics: " + " ".join(f"{k}={v:.4f}" for k, v in results.items()))
+    if results:  # none when the workdir was already at config.train.steps
+        print("final metrics: " + " ".join(f"{k}={v:.4f}" for k, v in results.items()))
     print(f"TensorBoard: tensorboard --logdir={_WORKDIR.value}")
 
 

@@ -124,6 +124,10 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
             logging.warning(generator_init.FROZEN_AT_RANDOM)
         iterator = iter(pipeline.distributed_dataset(strategy, train_files, config, masking,
                                                      training=True, step=step))
+        if step >= config.train.steps and chief:
+            logging.warning("%s is at step %d and config.train.steps=%d: nothing to "
+                            "train (raise config.train.steps to go on)", workdir, step,
+                            config.train.steps)
 
         # ---- outputs
         logs = workdir_lib.path(workdir, workdir_lib.LOGS)
@@ -251,7 +255,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
             train_writer.flush()
             eval_writer.flush()
 
-        if not profiled and chief:
+        if not profiled and chief and step > start_step:
             logging.warning("config.train.profile_steps=%d: the run ended within its first "
                             "loop (config.train.steps_per_loop): nothing was profiled",
                             profile_steps)

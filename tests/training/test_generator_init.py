@@ -137,6 +137,10 @@ def test_a_frozen_random_generator_is_said_in_the_log(data, tmp_path, monkeypatc
     monkeypatch.setattr(loop.logging, "warning", lambda *args: warnings.append(args))
     loop.train_and_evaluate(config, str(tmp_path / "run"))
     assert (generator_init.FROZEN_AT_RANDOM,) in warnings
+    # The same command again: the run is at config.train.steps, which the log says.
+    assert loop.train_and_evaluate(config, str(tmp_path / "run")) == {}
+    assert any("nothing to train (raise config.train.steps" in args[0]
+               and args[2:] == (1, 1) for args in warnings), warnings
     config.model.generator_init = "a run"
     assert not generator_init.frozen_at_random(config)
     config.train.generator = "train"
