@@ -24,6 +24,47 @@ def check_choice(key: str, value, choices, error: type[Exception] = UserError) -
         raise error(f"{key}={value!r}: choose one of {', '.join(choices)}")
 
 
+ON_BAD = ("error", "skip")  # config.data.on_bad: what a task's reader does with a bad row
+SKIP_HINT = " (config.data.on_bad=skip skips such rows)"  # ends on_bad=error's message
+
+
+class BadRows:
+    """What a fine-tuning task's reader does with the rows (GLUE rows, CoNLL sentences,
+    SQuAD questions) it cannot use, by `config.data.on_bad`: "error" raises `error` at the
+    first, naming it and the way past it; "skip" counts them and keeps the first's
+    `where: problem` for the run's log (`skipped_note`).
+
+    >>> rows = BadRows("skip")
+    >>> rows.bad("dev.tsv:3", "empty sentence"); rows.bad("dev.tsv:9", "label 'x'")
+    >>> rows.skipped_note()
+    '2 skipped; first: dev.tsv:3: empty sentence'
+    >>> BadRows("error").bad("a.tsv:3", "empty")
+    Traceback (most recent call last):
+    ...
+    electra_tf.errors.UserError: a.tsv:3: empty (config.data.on_bad=skip skips such rows)
+    """
+
+    def __init__(self, on_bad: str, error: type[Exception] = UserError):
+        check_choice("config.data.on_bad", on_bad, ON_BAD, error)
+        self.on_bad, self.error = on_bad, error
+        self.skipped, self.first_skipped = 0, ""
+
+    def bad(self, where: str, problem: str) -> None:
+        message = f"{where}: {problem}"
+        if self.on_bad == "error":
+            raise self.error(message + SKIP_HINT)
+        self.skipped += 1
+        self.first_skipped = self.first_skipped or message
+
+    def skipped_note(self) -> str:
+        return skipped_note(self.skipped, self.first_skipped)
+
+
+def skipped_note(skipped: int, first_skipped: str) -> str:
+    """"N skipped" and, if any were, the first's `where: problem`."""
+    return f"{skipped} skipped" + (f"; first: {first_skipped}" if skipped else "")
+
+
 class RunError(RuntimeError):
     """A run stopped by a fault outside the code: the message names it and says what
     was kept (the last good checkpoint) and how to go on."""

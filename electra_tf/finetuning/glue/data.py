@@ -30,6 +30,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import errors
 from electra_tf.finetuning import tfds as tfds_lib
 from electra_tf.finetuning.glue import specs
 
@@ -82,23 +83,14 @@ class Examples:
         return len(self.text_a)
 
 
-class _Collector:
+class _Collector(errors.BadRows):
     """Accumulates examples; applies `on_bad` to rows that cannot be used."""
 
     def __init__(self, spec: specs.TaskSpec, source: str, on_bad: str):
-        if on_bad not in ("error", "skip"):
-            raise specs.GlueDataError(f"on_bad must be 'error' or 'skip'. Received: "
-                                      f"on_bad={on_bad!r}")
-        self.spec, self.source, self.on_bad = spec, source, on_bad
+        super().__init__(on_bad, specs.GlueDataError)
+        self.spec, self.source = spec, source
         self.texts: list[list[str]] = [[] for _ in spec.text_columns]
         self.labels: list = []
-        self.skipped, self.first_skipped = 0, ""
-
-    def bad(self, where: str, problem: str) -> None:
-        if self.on_bad == "error":
-            raise specs.GlueDataError(f"{where}: {problem}")
-        self.skipped += 1
-        self.first_skipped = self.first_skipped or f"{where}: {problem}"
 
     def add(self, where: str, texts: list[str], label) -> None:
         empty = [c for c, text in zip(self.spec.text_columns, texts) if not text.strip()]

@@ -9,6 +9,7 @@
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import errors
 from electra_tf.finetuning import model as model_lib
 from electra_tf.finetuning import task as task_lib
 from electra_tf.finetuning.glue import data as glue_data
@@ -70,9 +71,9 @@ class GlueTask(task_lib.Task):
             ids, mask, segments = packer.pack(*texts)
             return ({"input_ids": ids, "input_mask": mask, "segment_ids": segments},
                     batch["label"])
-        skipped = (f"; first: {examples.first_skipped}" if examples.skipped else "")
+        skipped = errors.skipped_note(examples.skipped, examples.first_skipped)
         return task_lib.Rows(columns, prepare, f"{len(examples)} examples from "
-                             f"{examples.source} ({examples.skipped} skipped{skipped})",
+                             f"{examples.source} ({skipped})",
                              payload=examples)
 
     # ------------------------------------------------------------------------ model

@@ -107,29 +107,25 @@ def _check(question: Question, train: bool) -> str | None:
     return None
 
 
-class _Collector:
+class _Collector(errors.BadRows):
     def __init__(self, source: str, on_bad: str, train: bool):
-        if on_bad not in ("error", "skip"):
-            raise SquadDataError(f"on_bad must be 'error' or 'skip'; got {on_bad!r}")
+        super().__init__(on_bad, SquadDataError)
         self.questions = Questions([], source)
-        self.on_bad = on_bad
         self.train = train
 
     def add(self, question: Question, where: str):
         problem = _check(question, self.train)
         if problem is None:
             self.questions.items.append(question)
-        elif self.on_bad == "error":
-            raise SquadDataError(f"{where}: {problem}")
         else:
-            self.questions.skipped += 1
-            self.questions.first_skipped = self.questions.first_skipped or f"{where}: {problem}"
+            self.bad(where, problem)
 
     def done(self) -> Questions:
         if not self.questions.items:
             raise SquadDataError(f"{self.questions.source}: no questions"
-                                 + (f" ({self.questions.skipped} skipped)"
-                                    if self.questions.skipped else ""))
+                                 + (f" ({self.skipped} skipped)" if self.skipped else ""))
+        self.questions.skipped = self.skipped
+        self.questions.first_skipped = self.first_skipped
         return self.questions
 
 

@@ -99,10 +99,10 @@ class SquadTask(task_lib.Task):
         def prepare(batch):  # [b, S] ids and [b] answer positions, made by `features`
             return ({k: batch[k] for k in inputs},
                     {k: v for k, v in batch.items() if k not in inputs})
-        skipped = f"; first: {questions.first_skipped}" if questions.skipped else ""
+        skipped = errors.skipped_note(questions.skipped, questions.first_skipped)
         return task_lib.Rows(features.arrays(), prepare,
                              f"{len(questions)} questions in {len(features)} windows from "
-                             f"{questions.source} ({questions.skipped} skipped{skipped})",
+                             f"{questions.source} ({skipped})",
                              payload=None if train else (questions.items, features))
 
     # ------------------------------------------------------------------------ model

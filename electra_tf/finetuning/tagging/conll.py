@@ -184,17 +184,15 @@ def _lines(path: str):
     return text.split("\n")
 
 
-class _Collector:
+class _Collector(errors.BadRows):
     """Sentences of rows (word, tag, where), each checked (`read`'s rules): kept, or an
     error naming `where`, or (on_bad="skip") dropped and counted."""
 
     def __init__(self, source: str, scheme: str, types, strict: bool, on_bad: str):
-        if scheme not in SCHEMES:
-            raise TaggingDataError(f"scheme={scheme!r}: choose one of {', '.join(SCHEMES)}")
-        if on_bad not in ("error", "skip"):
-            raise TaggingDataError(f"on_bad must be 'error' or 'skip'; got {on_bad!r}")
+        errors.check_choice("scheme", scheme, SCHEMES, TaggingDataError)
+        super().__init__(on_bad, TaggingDataError)
         self.out = Sentences([], [], [], source)
-        self.scheme, self.types, self.strict, self.on_bad = scheme, types, strict, on_bad
+        self.scheme, self.types, self.strict = scheme, types, strict
 
     def _problem(self, rows) -> tuple[str, str] | None:
         """(where, what) of the sentence's first bad tag or transition, or None."""
@@ -219,11 +217,7 @@ class _Collector:
         """A sentence's rows; `line`: where it starts; `problem`: the reader's own."""
         problem = problem or self._problem(rows)
         if problem is not None:
-            message = f"{problem[0]}: {problem[1]}"
-            if self.on_bad == "error":
-                raise TaggingDataError(message)
-            self.out.skipped += 1
-            self.out.first_skipped = self.out.first_skipped or message
+            self.bad(*problem)
         else:
             self.out.words.append([w for w, _, _ in rows])
             self.out.tags.append([t for _, t, _ in rows])
@@ -232,7 +226,8 @@ class _Collector:
     def done(self) -> Sentences:
         if not self.out.words:
             raise TaggingDataError(f"{self.out.source}: no sentences" + (
-                f" ({self.out.skipped} skipped)" if self.out.skipped else ""))
+                f" ({self.skipped} skipped)" if self.skipped else ""))
+        self.out.skipped, self.out.first_skipped = self.skipped, self.first_skipped
         return self.out
 
 

@@ -157,10 +157,10 @@ class TaggingTask(task_lib.Task):
         def prepare(batch):
             inputs = {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
             return inputs, {"labels": batch["labels"], "label_mask": batch["label_mask"]}
-        skipped = f"; first: {sentences.first_skipped}" if sentences.skipped else ""
+        skipped = errors.skipped_note(sentences.skipped, sentences.first_skipped)
         return task_lib.Rows(columns, prepare,
                              f"{len(sentences)} sentences in {len(at)} windows from "
-                             f"{sentences.source} ({sentences.skipped} skipped{skipped})",
+                             f"{sentences.source} ({skipped})",
                              payload=(sentences, np.where(at, flat, -1)))
 
     # ------------------------------------------------------------------------ model

@@ -239,7 +239,7 @@ def test_bad_rows_name_file_and_line(tmp_path, task, bad_row, problem):
     rows = list(_LAYOUTS[task][0])
     rows.insert(2, bad_row)  # line 3 (counting a header where there is one)
     path = _write(tmp_path / "train.tsv", rows)
-    assert _error(task, path) == f"{path}:3: {problem}"
+    assert _error(task, path) == f"{path}:3: {problem}" + errors.SKIP_HINT
 
     examples = glue_data.read_tsv(task, path, on_bad="skip")
     assert len(examples) == len(_LAYOUTS[task][3]) and examples.skipped == 1
@@ -401,7 +401,7 @@ def test_tfds_mnli_labels_map_by_name(tfds_dir, no_download, tmp_path):
 def test_tfds_test_split_has_no_labels(tfds_dir, no_download):
     with pytest.raises(specs.GlueDataError) as info:
         glue_data._read_tfds(specs.TASKS["cola"], "test", tfds_dir, on_bad="error")
-    assert str(info.value) == "glue/cola:test example 1: no label (-1)"
+    assert str(info.value) == "glue/cola:test example 1: no label (-1)" + errors.SKIP_HINT
 
 
 def test_tfds_not_prepared_is_one_line(tmp_path, no_download):

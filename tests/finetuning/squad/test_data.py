@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from electra_tf import errors
 from electra_tf.finetuning.squad import data as squad_data
 
 CONTEXT = ("the cat sat on the mat . the dog ran in the big red house . a small bird sat "
@@ -43,6 +44,7 @@ def test_bad_files_are_one_line_errors_naming_the_question(tmp_path):
     message = str(info.value)
     assert message.startswith(f"{wrong}: question q17: answer 'big red house' is not in "
                               "the context near answer_start=3") and "\n" not in message
+    assert message.endswith(errors.SKIP_HINT)  # and the way past it
     skipped = squad_data.read_json(wrong, on_bad="skip")
     assert ([q.qid for q in skipped.items], skipped.skipped) == (["good"], 1)
     assert skipped.first_skipped.startswith(f"{wrong}: question q17")

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from electra_tf import errors
 from electra_tf.finetuning.tagging import conll
 from tests.finetuning.tagging import generated
 
@@ -67,7 +68,7 @@ def test_reads_plain_and_gzipped_files_by_the_sets_names(tmp_path):
     iob2 = generated.write(str(tmp_path / "iob2.txt"), items, "iob2")
     assert conll.read(iob2, "iob1").tags == conll.read(iob2, "iob2").tags
     with pytest.raises(conll.TaggingDataError, match=r"iob2.txt:\d+: 'B-\w+' after "
-                       r"'(O|the sentence start)' is not valid IOB1 \(strict mode\)$"):
+                       r"'(O|the sentence start)' is not valid IOB1 \(strict mode\) \(config.data.on_bad"):
         conll.read(iob2, "iob1", strict=True)
 
 
@@ -90,7 +91,7 @@ def test_a_bad_row_is_one_line_naming_file_and_line(tmp_path, text, line, messag
     path = _file(tmp_path, "-DOCSTART- O\n\n" + text)
     with pytest.raises(conll.TaggingDataError) as e:
         conll.read(path, "iob2", types={"ORG", "PER"})
-    assert str(e.value) == f"{path}:{line + 2}: {message}"
+    assert str(e.value) == f"{path}:{line + 2}: {message}" + errors.SKIP_HINT
 
 
 def test_on_bad_skip_drops_and_counts_the_sentences(tmp_path):
