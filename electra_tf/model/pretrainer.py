@@ -284,6 +284,7 @@ class ElectraPretrainer(keras.Model):
             "dropout": self.dropout,
             "attention_dropout": self.attention_dropout,
             "objective": self.objective.name,
+            "disc_weight": self.objective.disc_weight,
             "generator_trainable": self.generator_trainable,
             "mask_prob": self.mask_prob,
         })
@@ -291,7 +292,10 @@ class ElectraPretrainer(keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        return cls(**dict(config, shape=sizes.ModelShape.from_dict(config["shape"])))
+        config = dict(config, shape=sizes.ModelShape.from_dict(config["shape"]))
+        objective = objectives.OBJECTIVES.create(config.pop("objective"))
+        objective.disc_weight = config.pop("disc_weight", objective.disc_weight)
+        return cls(objective=objective, **config)
 
 
 def _unique_weights(*layers):

@@ -276,6 +276,7 @@ def test_model_config_builds_the_configured_model():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     config = module.get_config("tiny")
+    config.model.disc_weight = 20.0
     model = model_config.pretrainer(config, vocabulary_size=VOCAB)
     assert model.discriminator_size == sizes.SIZES["tiny"]
     assert model.generator_size.hidden_size == round(
@@ -283,6 +284,8 @@ def test_model_config_builds_the_configured_model():
     assert model.shape.tie == config.model.tie == "embeddings"
     clone = pretrainer.ElectraPretrainer.from_config(model.get_config())
     assert clone.shape == model.shape
+    assert (clone.objective.name, clone.objective.disc_weight) == ("electra", 20.0)
+    assert clone.get_config() == model.get_config()
 
 
 def test_a_model_only_checkpoint_restores_every_variable(tmp_path):
