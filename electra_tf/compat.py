@@ -353,6 +353,13 @@ def gpu_memory_limit(device: str) -> int | None:
     return None
 
 
+def xspace():
+    """A new XSpace, the protobuf of a profiler trace (`.xplane.pb`), from TF's internal
+    copy of TSL's profiler protos (TF ships no public reader of its own traces)."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+    return xplane_pb2.XSpace()
+
+
 def onednn_enabled() -> bool | None:
     """Whether this TF build runs oneDNN (TF's internal `IsMklEnabled`); None where that
     is gone."""

@@ -30,8 +30,10 @@ import collections
 import os
 import re
 
+from absl import logging
 import tensorflow as tf
-from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+from electra_tf import compat
 
 STEP_EVENT = "train"  # the TraceMe name around each profiled step
 
@@ -54,6 +56,60 @@ def category(kernel: str) -> str:
         if any(n in name for n in needles):
             return label
     return "other"
+
+
+def run_traced(trainer, iterator, num_steps: int) -> None:
+    """`num_steps` training steps launched one at a time, each inside a `STEP_EVENT`
+    TraceMe (the step markers that `summarize` and the Profile tab's step-time graph
+    read; the steps of one compiled loop would show as one)."""
+    for _ in range(num_steps):
+        step = int(trainer.step.numpy())
+        with tf.profiler.experimental.Trace(STEP_EVENT, step_num=step, _r=1):
+            trainer.run_loop(iterator, 1)
+            int(trainer.step.numpy())  # waits for the step
+
+
+class LoopProfiler:
+    """config.train.profile_steps for the training loop: a TensorBoard profile of that
+    many steps, the first after the first loop (its tracing and compilation are not what a
+    profile is for), over as many loops as they take, written to `logdir` by the chief.
+    Every worker runs those steps one at a time, as the others do (they step together).
+    Each start of a run profiles: a resumed run adds a profile of its own."""
+
+    def __init__(self, steps: int, logdir: str, chief: bool):
+        self.logdir, self.chief = logdir, chief
+        self.asked = self.remaining = int(steps)
+        self.loops, self.first, self.tracing = 0, None, False
+
+    def run_loop(self, trainer, iterator, num_steps: int) -> None:
+        """`num_steps` steps, as `trainer.run_loop`, the ones due traced one by one."""
+        self.loops += 1
+        traced = min(num_steps, self.remaining) if self.loops > 1 else 0
+        if traced:
+            if self.first is None:
+                self.first = int(trainer.step.numpy()) + 1
+                if self.chief:
+                    tf.profiler.experimental.start(self.logdir)
+                    self.tracing = True
+            run_traced(trainer, iterator, traced)
+            self.remaining -= traced
+            if not self.remaining:
+                self.stop(trainer)
+        if num_steps > traced:
+            trainer.run_loop(iterator, num_steps - traced)
+
+    def stop(self, trainer) -> None:
+        """Ends the profile (where the run stops before its steps were traced: with
+        fewer); says where it went, or that the run ended before anything was traced."""
+        if self.tracing:
+            tf.profiler.experimental.stop()
+            self.tracing = False
+            logging.info("Profiled steps %d-%d into %s (TensorBoard: Profile)", self.first,
+                         int(trainer.step.numpy()), self.logdir)
+        elif self.chief and self.asked and self.first is None and self.loops == 1:
+            logging.warning("config.train.profile_steps=%d: the run ended within its first "
+                            "loop (config.train.steps_per_loop): nothing was profiled",
+                            self.asked)
 
 
 def newest_trace(profile_dir: str) -> str:
@@ -98,7 +154,7 @@ def summarize(path: str, top: int = 12, hlo_dir: str | None = None) -> dict:
     {"mapped_ms", "unmapped_ms", "ops": [(type, folded TF op name, ms, launches per
     step), ...] (the 3 · `top` busiest)}}."""
     tf_ops = None if hlo_dir is None else hlo_tf_ops(hlo_dir)
-    space = xplane_pb2.XSpace()
+    space = compat.xspace()
     with tf.io.gfile.GFile(path, "rb") as f:  # a run's logs may be on gs://
         space.ParseFromString(f.read())
     host = next((p for p in space.planes if p.name == "/host:CPU"), None)

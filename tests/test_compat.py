@@ -568,6 +568,19 @@ def test_onednn_enabled_is_known():
     assert compat.onednn_enabled() in (True, False)
 
 
+def test_xspace_parses_a_trace_and_the_summary_reads_through_it(monkeypatch, tmp_path):
+    from electra_tf import profiling  # pylint: disable=g-import-not-at-top
+    space = compat.xspace()
+    plane = space.planes.add(name="/host:CPU")
+    plane.event_metadata[1].name = profiling.STEP_EVENT
+    plane.lines.add(timestamp_ns=1).events.add(metadata_id=1, offset_ps=0,
+                                               duration_ps=10**9)
+    path = tmp_path / "trace.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    calls = counting(monkeypatch, compat, "xspace")
+    assert profiling.summarize(str(path))["steps"] == 1 and len(calls) == 1
+
+
 def test_conversion_goes_through_the_parts(monkeypatch):
     """The weight table reads blocks and the generator head through compat."""
     from electra_tf.convert import table  # pylint: disable=g-import-not-at-top

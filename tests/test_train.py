@@ -9,6 +9,7 @@ import subprocess
 import pytest
 import tensorflow as tf
 
+from electra_tf import profiling
 from electra_tf.data import order
 from tests import helpers
 
@@ -65,6 +66,10 @@ def test_tiny_run_learns_logs_and_resumes(data, tmp_path):
     assert "Profiled steps 11-12" in result.stderr
     assert glob.glob(os.path.join(workdir, "logs", "train", "plugins", "profile", "*",
                                   "*.xplane.pb"))
+    # ... which tools/profile_summary.py reads: the two steps' markers.
+    profile = profiling.summarize(profiling.newest_trace(os.path.join(workdir, "logs",
+                                                                      "train")))
+    assert profile["steps"] == 2, profile
     assert "Sharding callback" not in result.stderr
 
     # Learns: evaluation on held-out documents separates replaced from original tokens.

@@ -22,6 +22,7 @@ import keras
 import tensorflow as tf
 
 from electra_tf import errors
+from electra_tf import profiling
 from electra_tf.benchmark import host
 from electra_tf.benchmark import sample
 from electra_tf.benchmark import synthetic
@@ -91,10 +92,7 @@ def _profile(trainer, iterator, logdir: str) -> None:
     (as plugins/profile/<run>/<host>.xplane.pb)."""
     tf.profiler.experimental.start(logdir)
     try:
-        for _ in range(PROFILE_STEPS):
-            step = int(trainer.step.numpy())
-            with tf.profiler.experimental.Trace("train", step_num=step, _r=1):
-                _timed_loop(trainer, iterator, 1)
+        profiling.run_traced(trainer, iterator, PROFILE_STEPS)
     finally:
         tf.profiler.experimental.stop()
 

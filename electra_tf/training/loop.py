@@ -18,6 +18,7 @@ from absl import logging
 
 from electra_tf import errors
 from electra_tf import model_config
+from electra_tf import profiling
 from electra_tf import progress
 from electra_tf import workdir as workdir_lib
 from electra_tf.data import order
@@ -151,10 +152,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         saved_step = step if restored else None
         last_time, last_step, start_time, start_step = time.time(), step, time.time(), step
         last_skipped = 0
-        # The profile covers `profile_steps` steps after the first loop (its tracing and
-        # compilation are not what a profile is for), traced by the chief.
-        profile_steps = train.profile_steps
-        profiled = not profile_steps
+        profiler = profiling.LoopProfiler(train.profile_steps, train_logs, chief)
         handler = preemption.multi_worker_handler(strategy, manager)
         try:
             with preemption.SigtermWatcher(trainer.stop_requested,
@@ -165,15 +163,10 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                     boundary = min(min(_next_multiple(step, n) for n in (
                         train.log_every, train.checkpoint_every, train.eval_every,
                         train.steps_per_loop)), trainer.algorithm.next_boundary(step))
-                    profiling = not profiled and step > start_step
-                    if profiling:  # every worker ends the loop there (they step together)
-                        boundary = min(boundary, step + profile_steps)
-                        profiled = True
-                    with _profiled(profiling and chief, train_logs,
-                                   trainer.step), faults.naming_damaged(train_files,
-                                                                        "train_files"):
+                    with faults.naming_damaged(train_files, "train_files"):
                         trainer.start_loop(step)
-                        trainer.run_loop(iterator, min(boundary, train.steps) - step)
+                        profiler.run_loop(trainer, iterator,
+                                          min(boundary, train.steps) - step)
                     step = int(trainer.step.numpy())
                     memory.release()  # what compilation and the steps freed, back to the OS
                     faults.raise_if_nonfinite(trainer, manager)
@@ -252,13 +245,10 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         except tf.errors.ResourceExhaustedError as e:
             raise faults.out_of_memory(e, step, config, workdir) from None
         finally:
+            profiler.stop(trainer)
             train_writer.flush()
             eval_writer.flush()
 
-        if not profiled and chief and step > start_step:
-            logging.warning("config.train.profile_steps=%d: the run ended within its first "
-                            "loop (config.train.steps_per_loop): nothing was profiled",
-                            profile_steps)
         if not chief:
             tf.io.gfile.rmtree(workdir_lib.path(workdir, workdir_lib.TMP))
         return results
@@ -272,22 +262,6 @@ def _write_predictions(writer, trainer, batch, vocab, step):
     with writer.as_default(step=step):
         tf.summary.text("predictions", predictions.markdown(shown))
     writer.flush()
-
-
-@contextlib.contextmanager
-def _profiled(enabled: bool, logdir: str, step_variable):
-    """A TensorBoard profile (the Profile tab) of the steps run inside, if `enabled`."""
-    if not enabled:
-        yield
-        return
-    first = int(step_variable.numpy()) + 1
-    tf.profiler.experimental.start(logdir)
-    try:
-        yield
-    finally:
-        tf.profiler.experimental.stop()
-    logging.info("Profiled steps %d-%d into %s (TensorBoard: Profile)", first,
-                 int(step_variable.numpy()), logdir)
 
 
 def _next_multiple(step: int, every: int) -> int:
