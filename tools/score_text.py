@@ -148,7 +148,7 @@ def main(argv):
     del argv
     groups = read_groups(_INPUT.value, _PAIRS.value)
     config, vocab, model, _ = export.load_run(_WORKDIR.value, _CHECKPOINT.value)
-    lower_case = (export.lower_case_of(config) if _LOWER_CASE.value is None
+    lower_case = (export.lower_case_of(config, workdir=_WORKDIR.value) if _LOWER_CASE.value is None
                   else _LOWER_CASE.value)
     seq_length = config.data.max_seq_length
     texts = [text for group in groups for text in group]

@@ -74,8 +74,8 @@ def main(argv):
     seq = config.data.max_seq_length
     masking_config = pipeline.masking_config(config, vocab)
     if _TEXT.value:
-        batch = text_batch(_TEXT.value, vocab, seq, export.lower_case_of(config),
-                           masking_config, _SEED.value)
+        lower_case = export.lower_case_of(config, workdir=_WORKDIR.value)
+        batch = text_batch(_TEXT.value, vocab, seq, lower_case, masking_config, _SEED.value)
     else:
         files = pipeline.resolve_files(_DATA.value, seq, vocab)
         batch = predictions.first_batch(files, _NUM_EXAMPLES.value, seq, masking_config,

@@ -71,7 +71,8 @@ class ElectraTF(formats.Format):
                 model.discriminator.embeddings.token_table(), "float32")
             spec = dataclasses.replace(spec, shape=dataclasses.replace(model.shape, tie="none"))
         return table.Weights(spec, tensors, checkpoint, vocab.path,
-                             lower_case=export.lower_case_of(config, default=None))
+                             lower_case=export.lower_case_of(config, default=None,
+                                                                 workdir=workdir))
 
     def write(self, weights: table.Weights, output: str, vocab_file: str | None = None, *,
               config: dict) -> str:

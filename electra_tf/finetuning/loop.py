@@ -62,7 +62,7 @@ def load_pretrained(init_checkpoint: str):
         run_config, vocab, pretrained, _ = export.load_run(workdir, checkpoint)
     except errors.UserError as e:
         raise errors.UserError(f"config.init_checkpoint={init_checkpoint!r}: {e}") from None
-    return vocab, pretrained, export.lower_case_of(run_config), run_config
+    return vocab, pretrained, export.lower_case_of(run_config, workdir=workdir), run_config
 
 
 def _default_rates(config, discriminator) -> None:

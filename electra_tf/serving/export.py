@@ -72,6 +72,7 @@ from electra_tf import progress
 from electra_tf import workdir as workdir_lib
 from electra_tf.data import masking
 from electra_tf.data import pipeline
+from electra_tf.data import writer
 from electra_tf.model import objectives
 from electra_tf.model import pretrainer
 from electra_tf.text import packer as packer_lib
@@ -154,16 +155,33 @@ def load_run(workdir: str, checkpoint: str | None = None, vocab_file: str | None
     return config, vocab, model, path
 
 
-def lower_case_of(config, default: bool = True) -> bool:
-    """The normalisation the training data was made with (its manifest), else `default`."""
+def lower_case_of(config, default: bool | None = True, workdir: str | None = None):
+    """The normalisation the run's text goes through: the one its training data was made
+    with (the manifest of config.data.train_files, named by directory, manifest or glob),
+    else, for a converted run (`workdir`'s converted.json), its source's, else `default`."""
     for part in str(config.data.train_files).split(","):
         part = part.strip()
-        if part and tf.io.gfile.isdir(part):
-            manifest = pipeline.load_manifest(part)
-            if manifest and "tokenizer" in manifest:
-                return bool(manifest["tokenizer"]["lower_case_nfd_strip_accents"])
-    logging.warning("The training data's manifest (config.data.train_files) is not reachable: "
-                    "assuming lower_case=%s; pass --lower_case if the vocab is cased", default)
+        if not part:
+            continue
+        if tf.io.gfile.isdir(part):
+            directory = part
+        elif part.endswith(writer.MANIFEST):
+            directory = os.path.dirname(part)
+        else:
+            matches = tf.io.gfile.glob(part)
+            if not matches:
+                continue
+            directory = os.path.dirname(matches[0])
+        manifest = pipeline.load_manifest(directory)
+        if manifest and "tokenizer" in manifest:
+            return bool(manifest["tokenizer"]["lower_case_nfd_strip_accents"])
+    converted = workdir_lib.read_json(workdir, workdir_lib.CONVERTED) if workdir else None
+    if converted and converted.get("lower_case") is not None:
+        return bool(converted["lower_case"])
+    if default is not None:
+        logging.warning("Neither the training data's manifest (config.data.train_files) nor "
+                        "a converted.json says whether the vocab is cased: assuming "
+                        "lower_case=%s; pass --lower_case if it is cased", default)
     return default
 
 
@@ -392,7 +410,7 @@ def export_run(workdir: str, output: str, checkpoint: str | None = None,
     """`export` of a training run's latest (or given) checkpoint."""
     config, vocab, model, _ = load_run(workdir, checkpoint, vocab_file)
     if lower_case is None:
-        lower_case = lower_case_of(config)
+        lower_case = lower_case_of(config, workdir=workdir)
     seq = max_seq_length or config.data.max_seq_length
     if seq > model.max_sequence_length or seq < 3:
         raise errors.UserError(f"--max_seq_length={seq}: must be in 3.."

@@ -215,3 +215,30 @@ def test_readme_rest_and_grpc_requests_run_through_the_signature(exported):
     np.testing.assert_allclose(grpc_out["replaced_probability"],
                                rest["replaced_probability"], atol=1e-6)
     assert "replaced_probability" in client.split("stub =")[1]
+
+
+def test_lower_case_is_the_datas_however_train_files_names_it(tmp_path, monkeypatch):
+    """A cased run exports cased: its manifest is read whether train_files names the
+    directory, the manifest or a glob of the shards; a converted run (no train_files)
+    has its source's setting; with neither, the default, said in the log."""
+    from configs import electra as electra_configs  # pylint: disable=g-import-not-at-top
+    from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+    from electra_tf.data import writer  # pylint: disable=g-import-not-at-top
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "shard-00000.tfrecord").write_bytes(b"")
+    (data / writer.MANIFEST).write_text(json.dumps({
+        "max_seq_length": 32, "vocab": "v", "shards": [],
+        "tokenizer": writer.tokenizer_settings(False)}))
+    config = electra_configs.get_config("tiny")
+    for train_files in (str(data), str(data / writer.MANIFEST), f"{data}/shard-*"):
+        config.data.train_files = train_files
+        assert export.lower_case_of(config) is False, train_files
+    warnings = []
+    monkeypatch.setattr(export.logging, "warning", lambda *a: warnings.append(a))
+    config.data.train_files = ""
+    run = str(tmp_path / "converted")
+    workdir_lib.write_json(run, workdir_lib.CONVERTED, {"lower_case": False})
+    assert export.lower_case_of(config, workdir=run) is False and not warnings
+    assert export.lower_case_of(config, workdir=str(tmp_path)) is True
+    assert "assuming lower_case=True" in warnings[0][0] % warnings[0][1:]
