@@ -360,6 +360,15 @@ def xspace():
     return xplane_pb2.XSpace()
 
 
+def preemption_handler_saves(handler) -> bool:
+    """Whether TF's `PreemptionCheckpointHandler` acts on this machine: not on a Google
+    Cloud CPU or TPU VM, where it only logs that it does not support them and saves
+    nothing (its private `_platform_device`, from `failure_handling_util.detect_platform`)."""
+    from tensorflow.python.distribute.failure_handling import failure_handling_util  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+    platform = failure_handling_util.PlatformDevice
+    return handler._platform_device not in (platform.GCE_TPU, platform.GCE_CPU)  # pylint: disable=protected-access
+
+
 def onednn_enabled() -> bool | None:
     """Whether this TF build runs oneDNN (TF's internal `IsMklEnabled`); None where that
     is gone."""

@@ -564,6 +564,19 @@ def test_stack_trace_filter_is_tfs_hook_and_tracebacks_use_it(monkeypatch):
     assert len(calls) == 1
 
 
+def test_preemption_handler_saves_reads_the_handlers_platform():
+    from tensorflow.python.distribute.failure_handling import failure_handling_util  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+    platform = failure_handling_util.PlatformDevice
+
+    class Handler:  # what PreemptionCheckpointHandler.__init__ sets
+        _platform_device = platform.GCE_CPU
+    assert not compat.preemption_handler_saves(Handler())
+    Handler._platform_device = platform.INTERNAL_CPU
+    assert compat.preemption_handler_saves(Handler())
+    source = inspect.getsource(tf.distribute.experimental.PreemptionCheckpointHandler)
+    assert "self._platform_device = failure_handling_util.detect_platform()" in source
+
+
 def test_onednn_enabled_is_known():
     assert compat.onednn_enabled() in (True, False)
 

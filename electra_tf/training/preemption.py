@@ -2,16 +2,21 @@
 
 Preemptible TPUs and spot GPUs get SIGTERM some seconds before they are taken away.
 
-- One worker (the default strategy, `one_device`, `mirrored`): `SigtermWatcher` sets the
+- One worker (the default strategy, `one_device`, `mirrored`), and a TPU:
+  `SigtermWatcher` sets the
   trainer's `stop_requested` variable the moment the signal arrives, from a thread, so
   the compiled loop (which reads it before every step) stops after the step it is in,
   even in the middle of a long `steps_per_loop` call (the whole step on one device, whose
   loop runs inside XLA, reads it once a loop: it stops at the loop's end). The loop then
   saves and returns.
-- Several workers (`multi_worker`, `tpu`): they must all stop after the same step, so
+- Several workers (`multi_worker`): they must all stop after the same step, so
   `tf.distribute.experimental.PreemptionCheckpointHandler` agrees on it through the
   coordination service and saves there, at a `steps_per_loop` boundary; its `exit_fn`
-  raises `Preempted`, which the loop turns into a clean return.
+  raises `Preempted`, which the loop turns into a clean return. On a Google Cloud CPU VM
+  that handler saves nothing (TF supports no CPU or TPU there; its TPU path serves
+  Google's internal TPUs, so a TPU, one client process, has the watcher): a warning at
+  the start says that SIGTERM loses the steps since the last checkpoint there. The
+  watcher cannot stand in for it: one worker alone cannot save (saving is collective).
 
 Python runs signal handlers in the main thread only once it gets back to the
 interpreter, which a running `tf.function` does not do: the watcher therefore reads the
@@ -24,6 +29,8 @@ import threading
 
 from absl import logging
 import tensorflow as tf
+
+from electra_tf import compat
 
 
 class Preempted(Exception):
@@ -95,16 +102,20 @@ class SigtermWatcher:
 
 
 def multi_worker_handler(strategy, manager) -> "tf.distribute.experimental.PreemptionCheckpointHandler | None":
-    """The `PreemptionCheckpointHandler` for a multi-worker or TPU strategy, saving with
-    `manager` and raising `Preempted` once saved; None for one-worker strategies."""
-    multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-    tpu = isinstance(strategy, tf.distribute.TPUStrategy)
-    if not (multi_worker or tpu):
+    """The `PreemptionCheckpointHandler` for a multi-worker strategy, saving with `manager`
+    and raising `Preempted` once saved; None where `SigtermWatcher` is the one to act: one
+    worker and a TPU."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return None
 
     def exit_fn():
         raise Preempted()
 
-    return tf.distribute.experimental.PreemptionCheckpointHandler(
+    handler = tf.distribute.experimental.PreemptionCheckpointHandler(
         strategy.cluster_resolver, manager,
         termination_config=tf.distribute.experimental.TerminationConfig(exit_fn=exit_fn))
+    if not compat.preemption_handler_saves(handler):
+        logging.warning("TF's PreemptionCheckpointHandler saves nothing on a Google Cloud "
+                        "CPU VM: a SIGTERM there loses the steps since the last checkpoint "
+                        "(config.train.checkpoint_every)")
+    return handler

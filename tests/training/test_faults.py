@@ -113,6 +113,27 @@ def test_sigterm_stops_a_long_loop_after_the_current_step():
     assert _run(trainer, iterator, 10) == step  # the flag holds until the run ends
 
 
+def test_a_tpu_has_the_watcher_and_a_handler_that_saves_nothing_is_said(monkeypatch):
+    """TF's handler serves multi-worker runs; a TPU (one client process, where TF's
+    handler saves nothing outside Google) has SigtermWatcher; on a Google Cloud CPU VM,
+    where the handler saves nothing either and one worker alone cannot save, the log says
+    what a SIGTERM costs."""
+    from unittest import mock  # pylint: disable=g-import-not-at-top
+    for strategy in (tf.distribute.get_strategy(), mock.Mock(spec=tf.distribute.TPUStrategy)):
+        assert preemption.multi_worker_handler(strategy, None) is None
+    made, warnings = [], []
+    monkeypatch.setattr(tf.distribute.experimental, "PreemptionCheckpointHandler",
+                        lambda *args, **kwargs: made.append(args) or "handler")
+    monkeypatch.setattr(preemption.logging, "warning", lambda *a: warnings.append(a))
+    workers = mock.Mock(spec=tf.distribute.MultiWorkerMirroredStrategy)
+    for saves in (True, False):
+        monkeypatch.setattr(preemption.compat, "preemption_handler_saves",
+                            lambda handler, saves=saves: saves)
+        assert preemption.multi_worker_handler(workers, None) == "handler"
+    assert len(made) == 2 and len(warnings) == 1
+    assert "saves nothing on a Google Cloud CPU VM: a SIGTERM there loses" in warnings[0][0]
+
+
 @pytest.mark.parametrize("inside_xla", [False, True])
 def test_the_stop_flag_is_read_before_every_step(inside_xla, monkeypatch):
     """Inside XLA: before every launch (of up to `steps_per_loop` steps)."""
