@@ -142,8 +142,9 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
                                               # the FFN's gelu, the attention core and
                                               # its output projection (model/remat.py);
                                               # blocks, whole blocks; auto: none on a
-                                              # GPU/TPU whose memory holds the step,
-                                              # else selective (always on CPUs)
+                                              # GPU/TPU whose memory holds the step
+                                              # (one micro-batch's activations), else
+                                              # selective (always on CPUs)
     config.train.vocabulary_padding = "auto"  # auto|none|tiles: the projection onto the
                                               # vocabulary on a table padded to a
                                               # multiple of 128 (tiles) or not (none);

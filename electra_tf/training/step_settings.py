@@ -62,7 +62,8 @@ def xla_scope(train_config, strategy) -> str:
 def remat_mode(mode: str, strategy, model, local_batch: int, seq_len: int,
                num_predictions: int, policy: str) -> tuple[str, str]:
     """(the recomputation to run, why) for `mode` (config.train.remat, checked:
-    `remat.check_remat`): `remat.choose` for this replica's step, its activations
+    `remat.check_remat`): `remat.choose` for this replica's step of `local_batch` rows (a
+    micro-batch's, under accumulation), its activations
     estimated from the model's shape (the generator's pass counted where the objective
     has none: an upper bound) and 16 bytes per weight of state (float32 weight, gradient
     and Adam's two moments)."""

@@ -80,10 +80,12 @@ class Trainer:
             keras.utils.set_random_seed(config.train.seed)
             self.model = model_config.pretrainer(config, vocab_size, dtype=self.policy)
             self.model.build_for(seq_length, num_predictions)
-            # What the backward pass recomputes: `auto` by the device's memory.
+            # What the backward pass recomputes: `auto` by the device's memory, for the
+            # activations of one micro-batch (those of one are kept at a time).
             self.remat, self.remat_reason = step_settings.remat_mode(
-                config.train.remat, strategy, self.model, self.local_batch, seq_length,
-                num_predictions, self.policy)
+                config.train.remat, strategy, self.model,
+                self.local_batch // self.accumulation_steps, seq_length, num_predictions,
+                self.policy)
             logging.info("config.train.remat=%s: %s", self.remat, self.remat_reason)
             # The projection onto the vocabulary padded to whole tiles, or not: `auto`
             # by the device.

@@ -299,6 +299,12 @@ def test_remat_auto_chooses_by_the_device_and_its_memory(plain, monkeypatch):
     assert chosen == "none" and " fit in 60% of the GPU's" in reason, reason
     with pytest.raises(errors.UserError, match=r"^config.train.remat='all': choose one of"):
         step_settings.remat_mode("all", None, model, BATCH, SEQ, P, "float32")  # unvalidated
+    # Under accumulation a step keeps one micro-batch's activations: auto counts those.
+    rows = []
+    monkeypatch.setattr(step_settings, "remat_mode",
+                        lambda *args: rows.append(args[3]) or ("none", "as configured"))
+    _trainer(accumulation_steps=4)
+    assert rows == [BATCH // 4]
 
 
 def test_bad_values_are_one_line_errors_naming_the_key():
