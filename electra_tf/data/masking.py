@@ -202,7 +202,7 @@ def _uniform(shape, seed):
     """Uniform [0, 1) floats: stateless with a `seed`, else tf.random's stateful op."""
     if seed is None:
         return tf.random.uniform(shape)
-    return tf.random.stateless_uniform(shape, seed=seed)
+    return tf.random.stateless_uniform(shape, seed=seed, alg="philox")
 
 
 def _group_words(tokens, input_ids, config: MaskingConfig) -> tf.RaggedTensor:
@@ -262,10 +262,11 @@ def mask_batch(batch: dict[str, tf.Tensor], config: MaskingConfig,
                              f"`selector_class={selector_class.__name__}`")
         seed = tf.convert_to_tensor(seed)
         selector = selector_class(**selector_args,
-                                  seed=tf.random.experimental.stateless_fold_in(seed, 1))
+                                  seed=tf.random.experimental.stateless_fold_in(
+                                      seed, 1, alg="philox"))
         chooser = StatelessMaskValuesChooser(
             config.vocab_size, config.mask_id,
-            tf.random.experimental.stateless_fold_in(seed, 2), **rates)
+            tf.random.experimental.stateless_fold_in(seed, 2, alg="philox"), **rates)
     masked, positions, labels = text.mask_language_model(tokens, selector, chooser)
 
     num_masked = positions.row_lengths()  # [B], at most num_predictions

@@ -244,7 +244,7 @@ def pretraining_dataset(
         def parse_and_mask(index, serialized):
             return masking.mask_batch(
                 examples.parse(serialized, max_seq_length), masking_config,
-                seed=tf.random.experimental.stateless_fold_in(stream, index))
+                seed=tf.random.experimental.stateless_fold_in(stream, index, alg="philox"))
 
     dataset = dataset.map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=seed is not None)

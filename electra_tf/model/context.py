@@ -101,7 +101,8 @@ class StepContext:
         tower) draw other masks."""
         if self.seed is None or not salt:
             return self
-        seed = tf.random.experimental.stateless_fold_in(tf.cast(self.seed, tf.int64), salt)
+        seed = tf.random.experimental.stateless_fold_in(tf.cast(self.seed, tf.int64), salt,
+                                                        alg="philox")
         return dataclasses.replace(self, seed=tf.cast(seed, tf.int64))
 
     # A `tf.nest` structure: tensors as leaves, the static fields as metadata.

@@ -103,8 +103,9 @@ class HashDropout(keras.layers.Dropout):
                                  "built")
             step_seed = tf.cast(context.seed, tf.int64)
             seed = tf.random.stateless_uniform(
-                [2], tf.random.experimental.stateless_fold_in(step_seed, self.stream),
-                minval=None, maxval=None, dtype=tf.int32)
+                [2], tf.random.experimental.stateless_fold_in(step_seed, self.stream,
+                                                              alg="philox"),
+                minval=None, maxval=None, dtype=tf.int32, alg="philox")
             offset = tf.cast(context.block, tf.uint32) * tf.cast(tf.size(inputs), tf.uint32)
         threshold = tf.constant(min(round(self.rate * 2**32), 2**32 - 1), tf.uint32)
 

@@ -50,7 +50,7 @@ def first_batch(files: list[str], size: int, max_seq_length: int, masking_config
 def noise(seed: int, batch_size: int, num_predictions: int) -> np.ndarray:
     """Fixed sampling noise `[batch, P]`: every view of a run draws the same samples."""
     return tf.random.stateless_uniform([batch_size, num_predictions],
-                                       seed=[seed, 0x5eed]).numpy()
+                                       seed=[seed, 0x5eed], alg="philox").numpy()
 
 
 def views(forward, batch: dict, vocab: tokenizer.Vocab, uniform) -> list[list[Token]]:

@@ -262,7 +262,7 @@ class Trainer:
         bits = tf.random.stateless_uniform(
             [self.global_batch, self.num_predictions],
             seed=tf.stack([tf.cast(seed, tf.int64), tf.cast(index, tf.int64)]),
-            minval=None, maxval=None, dtype=tf.uint32)
+            minval=None, maxval=None, dtype=tf.uint32, alg="philox")
         noise = tf.cast(tf.bitwise.right_shift(bits, tf.constant(8, tf.uint32)),
                         tf.float32) * 2.0**-24
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group

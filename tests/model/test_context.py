@@ -74,3 +74,39 @@ def test_no_thread_local_state_in_the_model():
             if name.endswith(".py"):
                 with open(os.path.join(root, name), encoding="utf-8") as f:
                     assert "threading" not in f.read(), name
+
+
+def test_philox_is_what_auto_select_drew_on_a_cpu():
+    """Runs of an earlier version drew with auto_select: on a CPU that is Philox, so
+    naming it changes none of their masks, samples or dropout (a resume continues)."""
+    seed = tf.constant([17, 3], tf.int64)
+    for fn in (lambda alg: tf.random.stateless_uniform([64], seed, alg=alg),
+               lambda alg: tf.random.stateless_uniform([8], seed, minval=None, maxval=None,
+                                                       dtype=tf.uint32, alg=alg),
+               lambda alg: tf.random.experimental.stateless_fold_in(seed, 5, alg=alg)):
+        np.testing.assert_array_equal(fn("philox"), fn("auto_select"))
+
+
+def test_every_random_draw_names_philox():
+    """tf.random's stateless ops default to `auto_select`, which may pick another
+    generator on another device (XLA on a TPU), so that the masks, the sampling noise and
+    the dropout would depend on the device: every call in the package names Philox."""
+    import ast  # pylint: disable=g-import-not-at-top
+    package = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "electra_tf")
+    unnamed, calls = [], 0
+    for directory, _, names in os.walk(package):
+        for name in (n for n in names if n.endswith(".py")):
+            path = os.path.join(directory, name)
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr.startswith("stateless_")
+                        and "random" in ast.unparse(node.func.value)):
+                    calls += 1
+                    alg = [k.value for k in node.keywords if k.arg == "alg"]
+                    if not (alg and isinstance(alg[0], ast.Constant)
+                            and alg[0].value == "philox"):
+                        unnamed.append(f"{path}:{node.lineno}")
+    assert calls > 10 and not unnamed, unnamed
