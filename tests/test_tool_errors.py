@@ -17,11 +17,13 @@ from tests import helpers
 
 @pytest.fixture(scope="module")
 def w(tmp_path_factory):
-    """A corpus, a blank corpus, a vocab, a finished dataset and an empty directory."""
+    """A corpus, a blank and a Latin-1 corpus, a vocab, a finished dataset and an empty
+    directory."""
     directory = tmp_path_factory.mktemp("tool_errors")
     vocab = helpers.write_vocab(str(directory))
     helpers.make_data(str(directory), vocab, max_seq_length=32, num_shards=1)
     (directory / "blank.txt").write_text("\n  \n\n")
+    (directory / "latin1.txt").write_bytes("Café.\nNaïve.\n".encode("latin-1"))
     (directory / "emptydir").mkdir()
     return directory
 
@@ -33,6 +35,10 @@ CASES = {
     "vocab_blank_corpus": (
         "build_vocab.py", ["--input={w}/blank.txt", "--output={w}/vocab.txt", "--overwrite"],
         ["--input={w}/blank.txt", "every line is empty"], ["vocab.txt"]),
+    "vocab_corpus_not_utf8": (
+        "build_vocab.py", ["--input={w}/latin1.txt", "--output={w}/vocab.txt", "--overwrite"],
+        ["--input={w}/latin1.txt: no text to learn from (2 line(s) of invalid UTF-8 skipped, "
+         "first at {w}/latin1.txt:1)"], ["vocab.txt"]),
     "vocab_exists": (
         "build_vocab.py", ["--input={w}/corpus.txt", "--output={w}/vocab.txt"],
         ["--output={w}/vocab.txt exists", "--overwrite"], ["vocab.txt"]),
@@ -157,6 +163,17 @@ def test_a_blank_corpus_names_the_input_and_writes_nothing(w, tmp_path):
     with pytest.raises(writer.EmptyOutputError, match=f"^--input={w}/blank.txt: .*no examples"):
         writer.write_pretraining_data(corpus.open_corpus(str(w / "blank.txt")), vocab,
                                       str(tmp_path / "out"), log=lambda _: None)
+    assert os.listdir(tmp_path / "out") == []
+
+
+def test_a_corpus_of_invalid_utf8_says_so_and_writes_nothing(w, tmp_path):
+    vocab = helpers.write_vocab(str(tmp_path))
+    with pytest.raises(writer.EmptyOutputError) as info:
+        writer.write_pretraining_data(corpus.open_corpus(str(w / "latin1.txt")), vocab,
+                                      str(tmp_path / "out"), log=lambda _: None)
+    assert str(info.value) == (
+        f"--input={w}/latin1.txt: the corpus produced no examples (2 line(s) of invalid "
+        f"UTF-8 skipped, first at {w}/latin1.txt:1); nothing was written to {tmp_path}/out")
     assert os.listdir(tmp_path / "out") == []
 
 

@@ -56,8 +56,8 @@ def main(argv):
     sample, seen = vocab_lib.sample_lines(lines(), _SAMPLE_LINES.value, _SEED.value)
     progress.update(read(), force=True)
     if not sample:
-        raise errors.UserError(f"{source.flag()}: no text to learn from (every line is "
-                               f"empty); {output} was not written")
+        raise errors.UserError(f"{source.flag()}: no text to learn from "
+                               f"({source.stats.why_empty()}); {output} was not written")
     if seen > len(sample):
         print(f"learning from a uniform sample of {len(sample):,} of {seen:,} lines "
               f"(--sample_lines={_SAMPLE_LINES.value:,})")

@@ -276,14 +276,14 @@ def write_pretraining_data(
              lambda: progress.update(_bytes_read(job)))
         with tf.io.gfile.GFile(job.path("summary.json")) as f:
             summary = json.load(f)
-        if not summary["shards"]:
-            raise writer.EmptyOutputError(
-                f"{source.flag()}: the corpus produced no examples (is every line "
-                f"empty?); nothing was written to {output_dir}")
         # What the driver knows of the source (TFDS: the split's size) and the workers'.
         parts = summary["stats"] if isinstance(summary["stats"], list) else [summary["stats"]]
         for key, value in _merge_stats([source.stats.as_dict()] + parts).items():
             setattr(source.stats, key, value)
+        if not summary["shards"]:
+            raise writer.EmptyOutputError(
+                f"{source.flag()}: the corpus produced no examples "
+                f"({source.stats.why_empty()}); nothing was written to {output_dir}")
         progress.update(source.stats.bytes, force=True)
         # By name, for a stable listing: training computes its own order (data/order.py).
         shards = sorted(summary["shards"], key=lambda s: s["tmp"])

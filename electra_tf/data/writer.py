@@ -10,6 +10,7 @@ import dataclasses
 import datetime
 import json
 import os
+import resource
 from typing import Callable, Iterable
 
 import tensorflow as tf
@@ -250,8 +251,7 @@ def write_pretraining_data(
     check_output_dir(output_dir, overwrite)
     tf.io.gfile.makedirs(output_dir)
 
-    names = [SHARD_PATTERN.format(i, num_shards) for i in range(num_shards)]
-    shards = [ShardFile(workdir_lib.aside(os.path.join(output_dir, name))) for name in names]
+    shards = []  # opened inside the `try`: a failure removes those opened so far
     progress, read = corpus.progress_of(source, log)
     failures = []  # exceptions raised on tf.data threads, re-raised here
     tokenized = _tokenized_batches(source.lines, encoder.tokenizer, failures)
@@ -264,6 +264,8 @@ def write_pretraining_data(
             num_examples += 1
 
     try:
+        for i in range(num_shards):
+            shards.append(_open_shard(output_dir, i, num_shards))
         for batch in tokenized:
             write(encoder.encode(*batch))
             # TFDS progress counts documents already; files count MB, plus documents.
@@ -275,7 +277,7 @@ def write_pretraining_data(
             raise failures[0]
         if not num_examples:
             raise EmptyOutputError(f"{source.flag()}: the corpus produced no examples "
-                                   "(is every line empty?); nothing was written to "
+                                   f"({source.stats.why_empty()}); nothing was written to "
                                    f"{output_dir}")
         written = [shard.close() for shard in shards]
     except BaseException:
@@ -285,6 +287,20 @@ def write_pretraining_data(
     fields = manifest_fields(encoder.counts(), max_seq_length, seed, vocab, lower_case,
                              source.source, source.stats.as_dict())
     return result_of(commit(output_dir, written, fields), progress.elapsed(), output_dir)
+
+
+def _open_shard(output_dir: str, i: int, num_shards: int) -> ShardFile:
+    """Shard i's `ShardFile`; each is open until the end (examples go round-robin), so
+    --num_shards beyond the limit on open files is the user's to change."""
+    try:
+        return ShardFile(workdir_lib.aside(
+            os.path.join(output_dir, SHARD_PATTERN.format(i, num_shards))))
+    except tf.errors.ResourceExhaustedError as e:  # "...; Too many open files"
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        raise errors.UserError(
+            f"--num_shards={num_shards}: cannot keep that many shard files open "
+            f"({e.message.rsplit('; ', 1)[-1]} after {i}); pass fewer, or raise the "
+            f"limit on open files (`ulimit -n`, now {limit})") from None
 
 
 def manifest_fields(counts: dict, max_seq_length: int, seed: int, vocab, lower_case: bool,

@@ -9,9 +9,10 @@ reads: one sentence per line, and an empty line between documents. Three sources
 * `read_lines(pattern)`: the user's own text files (`.txt` or `.txt.gz`, globs).
 * `tfds_lines(name)`: any TFDS dataset with a text feature, from a local data dir.
 
-Bad input never stops a long job silently or with a traceback: undecodable lines and
-over-long lines are skipped or truncated and counted in `CorpusStats`, and what cannot
-be read at all raises `CorpusError` naming the file.
+Bad input never stops a long job silently or with a traceback: undecodable lines,
+over-long lines and (TFDS) sentences without a letter are skipped or truncated and
+counted in `CorpusStats`, and what cannot be read at all raises `CorpusError` naming
+the file.
 
 >>> sentences_from_text("Hello world.  It works!\\n\\n>>> print(1)\\n1")
 ['Hello world.', 'It works!']
@@ -69,6 +70,8 @@ class CorpusStats:
     first_invalid_utf8: str = ""  # "path:line" of the first one
     truncated_lines: int = 0
     first_truncated: str = ""
+    letterless_sentences: int = 0  # TFDS text: sentences `split_sentences` dropped
+    first_letterless: str = ""
     documents: int = 0        # TFDS: examples read so far (skipped ones included)
     total_documents: int = 0  # TFDS: the split's example count (0: unknown)
 
@@ -84,7 +87,15 @@ class CorpusStats:
         if self.truncated_lines:
             notes.append(f"{self.truncated_lines} line(s) longer than {MAX_LINE_CHARS:,} "
                          f"characters truncated, first at {self.first_truncated}")
+        if self.letterless_sentences:
+            notes.append(f"{self.letterless_sentences} sentence(s) without a letter "
+                         f"(numbers, rules) skipped, first at {self.first_letterless}")
         return notes
+
+    def why_empty(self) -> str:
+        """Why a corpus gave no text, for the error that says so: what reading skipped
+        (`problems`), or else that every line is empty."""
+        return "; ".join(self.problems()) or "every line is empty"
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -93,11 +104,13 @@ class CorpusStats:
 # ---------------------------------------------------------------------------- cleaning
 
 
-def split_sentences(paragraph: str) -> list[str]:
+def split_sentences(paragraph: str, stats: CorpusStats | None = None,
+                    place: tuple = ()) -> list[str]:
     """Splits one paragraph of running text into sentences, with ICU's sentence breaker
     (Unicode's UAX #29 rules: Latin, CJK 。！？ and full-width punctuation, closing
     quotes and brackets, decimals), keeping abbreviations (`_ABBREVIATIONS`) inside their
-    sentence. Sentences without a letter (numbers, rules) are dropped.
+    sentence. Sentences without a letter (numbers, rules) are dropped, and counted in
+    `stats` if given (the first one's `_place(*place)` kept).
 
     >>> split_sentences("It is. It is not, e.g. here. (Yes.) Dr. Who came.")
     ['It is.', 'It is not, e.g. here.', '(Yes.)', 'Dr. Who came.']
@@ -133,7 +146,11 @@ def split_sentences(paragraph: str) -> list[str]:
         pending = carried
     if pending.strip():
         sentences.append(pending.strip())
-    return [s for s in sentences if _LETTER.search(s)]
+    kept = [s for s in sentences if _LETTER.search(s)]
+    if stats is not None and len(kept) < len(sentences):
+        stats.letterless_sentences += len(sentences) - len(kept)
+        stats.first_letterless = stats.first_letterless or _place(*place)
+    return kept
 
 
 def _opens(char: str) -> bool:
@@ -458,9 +475,20 @@ def tfds_lines(name: str, data_dir: str | None, text_key: str,
         raise CorpusError(f"--tfds={name}: cannot load it from "
                           f"--tfds_data_dir={data_dir}: "
                           f"{(str(e).splitlines() or [type(e).__name__])[0]}") from e
-    if text_key not in dataset.element_spec:
+    spec = dataset.element_spec
+    if text_key not in spec:
         raise CorpusError(f"--tfds={name}: no feature {text_key!r} (--tfds_text_key); "
-                          f"it has {sorted(dataset.element_spec)}")
+                          f"it has {sorted(spec)}")
+    texts = [k for k, s in sorted(spec.items()) if isinstance(s, tf.TensorSpec)
+             and s.dtype == tf.string and s.shape.rank == 0]
+    if text_key not in texts:  # a label, an image, a sequence: no document's text
+        feature = spec[text_key]
+        kind = type(feature).__name__
+        if isinstance(feature, tf.TensorSpec):
+            kind = feature.dtype.name + (f" of shape {feature.shape.as_list()}"
+                                         if feature.shape.rank else "")
+        raise CorpusError(f"--tfds={name}: --tfds_text_key={text_key!r} is not a text "
+                          f"feature but {kind}; choose one of {', '.join(texts) or '(none)'}")
     stats.files += 1
     try:  # the split's example count, for progress (a sliced split has none: unknown)
         stats.total_documents = int(builder.info.splits[split or "train"].num_examples)
@@ -481,7 +509,7 @@ def tfds_document_lines(raw: bytes, name: str, n, stats: CorpusStats) -> Iterato
     if text is None:
         return
     for paragraph in text.split("\n"):
-        for sentence in split_sentences(paragraph):
+        for sentence in split_sentences(paragraph, stats, (name, None, None, n)):
             stats.lines += 1
             yield _clip(sentence, stats, (name, f"example:{n}"))
     yield ""

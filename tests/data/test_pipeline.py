@@ -60,6 +60,31 @@ def test_shards_without_manifest_are_read_as_they_are(data, tmp_path):
         str(tmp_path / shard)]
 
 
+def test_shards_without_manifest_are_checked_by_their_first_record(data, tmp_path):
+    vocab, directory = data
+    shard = sorted(f for f in os.listdir(directory) if f.startswith("pretrain"))[0]
+    copy = tmp_path / shard
+    copy.write_bytes(open(os.path.join(directory, shard), "rb").read())
+    with pytest.raises(pipeline.DataError) as info:
+        pipeline.resolve_files(str(tmp_path / "pretrain*"), 64, vocab)
+    assert str(info.value) == (f"{copy}: input_ids: max_seq_length is 32 but the run uses "
+                               "max_seq_length=64")
+    small = helpers.write_vocab(str(tmp_path), words=["other"])
+    with pytest.raises(pipeline.DataError, match=rf"^{copy}: input_ids: id \d+ in its first "
+                       rf"record, but {small.path} has {small.size} ids: the data was "
+                       "tokenized with another vocab$"):
+        pipeline.resolve_files(str(tmp_path / "pretrain*"), SEQ, small)
+    other = tmp_path / "other.tfrecord"
+    with tf.io.TFRecordWriter(str(other)) as w:
+        w.write(tf.train.Example(features=tf.train.Features(feature={
+            "input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=[1] * SEQ)),
+        })).SerializeToString())
+    with pytest.raises(pipeline.DataError) as info:
+        pipeline.resolve_files(str(other), SEQ, vocab)
+    assert str(info.value) == (f"{other}: its first record has no int64 feature "
+                               "'input_mask' (it has ['input_ids']): not pre-training data")
+
+
 def test_training_batches_are_static_masked_and_repeat(data):
     vocab, directory = data
     files = pipeline.resolve_files(directory, SEQ, vocab)

@@ -6,6 +6,7 @@ import os
 import pytest
 import tensorflow as tf
 
+from electra_tf import errors
 from electra_tf.data import examples
 from electra_tf.data import writer
 from electra_tf.text import corpus
@@ -120,6 +121,27 @@ def test_empty_corpus_is_an_error_and_writes_nothing(tmp_path):
     with pytest.raises(writer.EmptyOutputError, match="no examples"):
         write(tmp_path, vocab, str(path))
     assert os.listdir(tmp_path / "data") == []
+
+
+def test_more_shards_than_open_files_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    vocab = helpers.write_vocab(str(tmp_path))
+    corpus_path = helpers.write_corpus(str(tmp_path))
+    opened, real = [], tf.io.TFRecordWriter
+
+    def writer_or_too_many(path):  # as the OS answers the open past `ulimit -n`
+        if len(opened) == 3:
+            raise tf.errors.ResourceExhaustedError(None, None, f"{path}; Too many open files")
+        opened.append(path)
+        return real(path)
+
+    monkeypatch.setattr(tf.io, "TFRecordWriter", writer_or_too_many)
+    monkeypatch.setattr(writer.resource, "getrlimit", lambda _: (1024, 4096))
+    with pytest.raises(errors.UserError) as info:
+        write(tmp_path, vocab, corpus_path, num_shards=1100)
+    assert str(info.value) == ("--num_shards=1100: cannot keep that many shard files open "
+                               "(Too many open files after 3); pass fewer, or raise the "
+                               "limit on open files (`ulimit -n`, now 1024)")
+    assert len(opened) == 3 and os.listdir(tmp_path / "data") == []
 
 
 def test_default_shards_grow_with_the_corpus():

@@ -119,6 +119,16 @@ def test_split_sentences_drops_only_the_letterless_sentences():
     assert corpus.split_sentences("Fine. 42. 7! Done here.") == ["Fine.", "Done here."]
 
 
+def test_split_sentences_counts_the_letterless_sentences():
+    stats = corpus.CorpusStats()
+    assert corpus.split_sentences("Fine. 2024. 3.5 + 4 = 7.5. Done here.", stats,
+                                  ("wiki:train", None, None, 7)) == ["Fine.", "Done here."]
+    assert corpus.split_sentences("1. 2.", stats, ("wiki:train", None, None, 9)) == []
+    assert (stats.letterless_sentences, stats.first_letterless) == (4, "wiki:train:example 7")
+    assert stats.problems() == ["4 sentence(s) without a letter (numbers, rules) skipped, "
+                                "first at wiki:train:example 7"]
+
+
 def test_split_sentences_accepts_non_ascii_letters():
     assert corpus.split_sentences("Ça va bien. Tout est ok.") == ["Ça va bien.", "Tout est ok."]
     assert corpus.split_sentences("ÉÀ.") == ["ÉÀ."]
@@ -360,6 +370,14 @@ def test_problems_mentions_every_kind(tmp_path, monkeypatch):
     assert empty in text and f"{mixed}:2" in text and f"{mixed}:3" in text
 
 
+def test_why_empty_names_what_was_skipped(tmp_path):
+    assert corpus.CorpusStats().why_empty() == "every line is empty"
+    path = _write_bytes(tmp_path / "latin1.txt", "Café.\nNaïve.\n".encode("latin-1"))
+    lines, stats = _read_all([path])
+    assert lines == [""]
+    assert stats.why_empty() == f"2 line(s) of invalid UTF-8 skipped, first at {path}:1"
+
+
 def test_read_lines_missing_file_raises_corpus_error(tmp_path):
     missing = str(tmp_path / "missing.txt")
     with pytest.raises(corpus.CorpusError, match="missing.txt"):
@@ -581,6 +599,23 @@ def test_tfds_wrong_text_key(tfds_dir):
                            tfds_text_key="body")
     message = str(info.value)
     assert "'body'" in message and "'text'" in message and _TFDS_NAME in message
+
+
+def test_tfds_text_key_of_a_non_text_feature(tmp_path):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    features = {"text": tfds.features.Text(), "title": tfds.features.Text(),
+                "label": tfds.features.Scalar(tf.int64)}
+    tfds.dataset_builders.TfDataBuilder(
+        name="labelled_text", version="1.0.0", data_dir=str(tmp_path),
+        split_datasets={"train": tf.data.Dataset.from_tensor_slices(
+            {"text": [b"A b."], "title": [b"T."], "label": [1]})},
+        features=tfds.features.FeaturesDict(features)).download_and_prepare()
+    with pytest.raises(corpus.CorpusError) as info:
+        corpus.open_corpus(tfds_name="labelled_text", tfds_data_dir=str(tmp_path),
+                           tfds_text_key="label")
+    assert str(info.value) == ("--tfds=labelled_text: --tfds_text_key='label' is not a "
+                               "text feature but int64; choose one of text, title")
 
 
 def test_tfds_unknown_dataset(tfds_dir):
