@@ -34,6 +34,16 @@ from electra_tf import errors
 _INT_MAX = 2**31 - 1
 
 
+def max_predictions_per_seq(mask_prob: float, max_seq_length: int) -> int:
+    """The original ELECTRA's bound on masked positions per sequence: the masking's
+    `max_predictions` and the width of a batch's prediction slots.
+
+    >>> max_predictions_per_seq(0.15, 128)
+    19
+    """
+    return int((mask_prob + 0.005) * max_seq_length)
+
+
 @dataclasses.dataclass(frozen=True)
 class Range:
     """A numeric field's values: whole numbers or real ones, between `low` and `high`
@@ -208,6 +218,13 @@ def check(config, keys=None) -> None:
             raise errors.UserError(
                 f"config.data.mask_token_rate={mask!r} and config.data.random_token_rate="
                 f"{random!r}: their sum is the share of masked positions changed, at most 1")
+    if "mask_prob" in data and "max_seq_length" in data:
+        prob, length = data["mask_prob"], data["max_seq_length"]
+        if max_predictions_per_seq(prob, length) < 1:
+            raise errors.UserError(
+                f"config.data.mask_prob={prob!r} of config.data.max_seq_length={length!r} "
+                f"masks no position (int((mask_prob + 0.005) * max_seq_length) = 0): raise "
+                "either")
 
 
 def numeric_keys(config) -> list[str]:

@@ -112,6 +112,20 @@ def test_masking_shares_add_up():
         config_check.check(config)
 
 
+def test_a_config_that_masks_no_position_is_refused():
+    """0.05 of 16 tokens is int(0.88) = 0 positions: the masking could not be built (a
+    ValueError deep in the run before); 0.1 of 16 is one."""
+    config = electra.get_config("tiny")
+    config.data.max_seq_length, config.data.mask_prob = 16, 0.05
+    with pytest.raises(errors.UserError) as info:
+        config_check.check(config)
+    assert str(info.value) == (
+        "config.data.mask_prob=0.05 of config.data.max_seq_length=16 masks no position "
+        "(int((mask_prob + 0.005) * max_seq_length) = 0): raise either")
+    config.data.mask_prob = 0.1
+    config_check.check(config)
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("config_check")

@@ -43,10 +43,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as text
 
+from electra_tf import config_check
 
-def max_predictions_per_seq(mask_prob: float, max_seq_length: int) -> int:
-    """The original ELECTRA's bound on masked positions per sequence (19 for 0.15, 128)."""
-    return int((mask_prob + 0.005) * max_seq_length)
+
+# The original ELECTRA's bound on masked positions per sequence (19 for 0.15, 128); its
+# owner needs no TensorFlow, so that a config that gives none is refused at once.
+max_predictions_per_seq = config_check.max_predictions_per_seq
 
 
 @dataclasses.dataclass(frozen=True)
