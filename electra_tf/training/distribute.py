@@ -166,8 +166,13 @@ def device_memory(strategy) -> int | None:
 
 
 def dtype_policy(mixed_precision: str, strategy) -> str:
-    """The Keras dtype policy name for `config.train.mixed_precision`."""
+    """The Keras dtype policy name for `config.train.mixed_precision`; float16 on a TPU
+    (which computes in bfloat16) is a one-line error. On a CPU float16 runs, slowly, as
+    on a GPU: the tests of its loss scaling run there."""
     check_mixed_precision(mixed_precision)
+    if mixed_precision == "float16" and device_kind(strategy) == "tpu":
+        raise errors.UserError("config.train.mixed_precision='float16' on a TPU: TPUs "
+                               "compute in bfloat16; choose bfloat16 (or auto)")
     if mixed_precision == "auto":
         kind = device_kind(strategy)
         if kind == "tpu":

@@ -46,7 +46,7 @@ def validate(config):
     its tie and algorithm, the generator mode, the temperature schedule and the
     algorithm. Each check is written once, beside the allowed values or in the function
     that resolves the value; this runs every one that needs no device, data or workdir
-    (what depends on the strategy, e.g. float16 needing a GPU, the Trainer checks). The
+    (what depends on the strategy, e.g. float16 refused on a TPU, the Trainer checks). The
     loop, `experiments/variants.py` and the training benchmark call it before anything
     is built or written."""
     config = model_config.checked(config)

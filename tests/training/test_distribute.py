@@ -529,6 +529,21 @@ def test_the_whole_step_compiles_once():
     assert "kind=constant-resource" not in result.stderr
 
 
+def test_mixed_precision_by_the_device_and_float16_refused_on_a_tpu(monkeypatch):
+    from electra_tf import errors  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    cpu = tf.distribute.OneDeviceStrategy("/cpu:0")
+    assert distribute.dtype_policy("float16", cpu) == "mixed_float16"  # a CPU: tests
+    assert distribute.dtype_policy("auto", cpu) == "float32"
+    monkeypatch.setattr(distribute, "device_kind", lambda strategy: "tpu")
+    assert distribute.dtype_policy("auto", None) == "mixed_bfloat16"
+    with pytest.raises(errors.UserError) as info:
+        distribute.dtype_policy("float16", None)
+    assert str(info.value) == ("config.train.mixed_precision='float16' on a TPU: TPUs "
+                               "compute in bfloat16; choose bfloat16 (or auto)")
+
+
 def test_unreachable_tpu_address_is_a_one_line_error():
     """A grpc:// address nothing listens on: UserError naming the key, not a hang inside
     initialize_tpu_system."""
