@@ -118,6 +118,7 @@ def test_train_benchmark_prints_one_json_line_last_and_profiles(tmp_path):
     assert results["mfu_peak_flops"] == results["matmul_peak_flops"]
     assert results["mfu"] == pytest.approx(
         results["achieved_flops"] / results["mfu_peak_flops"], abs=1e-4)
+    assert results["mfu_accelerators"] == 1
     assert set(results["versions"]) >= {"tensorflow", "keras", "keras_hub",
                                          "tensorflow_text", "python"}
     # The tool restarted with malloc's huge pages where the kernel gives them on request.
@@ -240,7 +241,9 @@ def test_train_benchmark_under_mirrored_over_two_logical_cpus():
         shape, 32, results["num_predictions"], results["vocab_size"], "mlm")
     assert results["model_flops_per_seq"] < objectives.training_flops(
         shape, 32, results["num_predictions"], results["vocab_size"], "electra")
+    # Two replicas on one CPU share its peak.
     assert results["mfu"] == pytest.approx(results["achieved_flops"] / 5e11, abs=1e-4)
+    assert results["mfu_accelerators"] == 1
     assert (results["strategy"], results["replicas"]) == ("MirroredStrategy", 2)
     assert results["batch_size"] == 4  # global
     assert abs(results["seq_per_sec_per_replica"] - results["seq_per_sec"] / 2) < 0.002

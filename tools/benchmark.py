@@ -99,9 +99,11 @@ _INPUT_BATCHES = flags.DEFINE_integer(
 _MATMUL_SIZE = flags.DEFINE_integer("matmul_size", 2048, "n of the n×n matmul (in the "
                                     "step's compute dtype) that measures the peak FLOP/s.")
 _PEAK_TFLOPS = flags.DEFINE_float(
-    "peak_tflops", None, "Train mode: the device's datasheet peak in TFLOP/s for the step's "
-    "compute dtype (e.g. 989.4 for an H100 SXM's dense bfloat16); the MFU is then taken "
-    "against it instead of the matmul measured in this process (both are printed).")
+    "peak_tflops", None, "Train mode: one accelerator's datasheet peak in TFLOP/s for the "
+    "step's compute dtype (e.g. 989.4 for an H100 SXM's dense bfloat16; a TPU core's on a "
+    "TPU, where nothing else gives an MFU); the MFU is then taken against it, times the "
+    "GPUs or TPU cores the replicas run on, instead of the matmul measured in this process "
+    "(both are printed).")
 XPROF_TRACEME = "--xla_cpu_enable_xprof_traceme=true"
 _PROFILE = flags.DEFINE_bool(
     "profile", False, "Train mode: write a TensorBoard profiler trace of "

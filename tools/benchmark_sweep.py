@@ -158,7 +158,7 @@ def markdown_table(rows: list[dict], mirrored: bool) -> str:
             cells.append(_cell(row, "seq_per_sec_per_replica", 2))
         cells += [_cell(row, "steps_per_sec", 3), _cell(row, "step_time_median_s", 3),
                   str(row["peak_rss_mib"]), str(row.get("rss_at_end_mib") or ""),
-                  f"{100 * row['mfu']:.1f}%"]
+                  "" if row["mfu"] is None else f"{100 * row['mfu']:.1f}%"]
         if mirrored:
             key = (row["seq_len"], row["batch_size"])
             if row["runtime_strategy"] == "one_device":

@@ -193,6 +193,14 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
     peaks = host.matmul_peak_flops(matmul_size, compute_dtype)
     peak = peak_tflops * 1e12 if peak_tflops else max(peaks.values())
     memory.record("matmul_peak")
+    # The peak is one accelerator's (the probe runs on the default device, a datasheet
+    # gives one chip's): the step's replicas each have one, GPUs or TPU cores. Replicas
+    # over a CPU's logical devices share its one peak. A TPU's probe would run on the
+    # host: there only --peak_tflops gives an MFU.
+    kind = distribute.device_kind(strategy)
+    accelerators = 1 if kind == "cpu" else strategy.num_replicas_in_sync
+    if kind == "tpu" and not peak_tflops:
+        peak = None
 
     # ---------------------------------------------------------------- figures
     headline = _rates(next(iter(timings.values())), batch_size)
@@ -217,10 +225,13 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
         "matmul_peak_flops": round(max(peaks.values())),
         "matmul_peak_flops_by_library": {k: round(v) for k, v in peaks.items()},
         "matmul_dtype": compute_dtype,
-        # Against peak_tflops where given (a datasheet figure), else the measured matmul.
-        "mfu": round(achieved / peak, 4),
-        "mfu_peak_flops": round(peak),
-        "mfu_peak_source": "stated" if peak_tflops else "measured_matmul",
+        # Against peak_tflops where given (a datasheet figure), else the measured matmul,
+        # times the accelerators the replicas run on.
+        "mfu": None if peak is None else round(achieved / (peak * accelerators), 4),
+        "mfu_peak_flops": None if peak is None else round(peak),
+        "mfu_peak_source": ("stated" if peak_tflops else "measured_matmul" if peak
+                            else "none: give --peak_tflops on a TPU"),
+        "mfu_accelerators": accelerators,
         "loss": None if loss is None else round(float(loss), 4),
         "batch_size": batch_size, "seq_len": seq_len, "size": config.model.size,
         "shape": shape.to_dict(), "objective": objective,

@@ -127,7 +127,8 @@ def run_json(command: list[str], seconds: float, log,
 def combine(point: str, ours: dict, peer: dict, walls: tuple[float, float]) -> dict:
     gpu = ours.get("gpu_peak_memory_mib") is not None
     memory = "gpu_peak_memory_mib" if gpu else "peak_rss_mib"
-    flops, peak = ours["model_flops_per_seq"], ours["mfu_peak_flops"]
+    flops = ours["model_flops_per_seq"]
+    peak = (ours["mfu_peak_flops"] or 0) * ours.get("mfu_accelerators", 1)  # same chips
     return {
         "point": point, "size": ours["size"], "seq_len": ours["seq_len"],
         "batch_size": ours["batch_size"], "device": ours.get("device"),
@@ -140,7 +141,7 @@ def combine(point: str, ours: dict, peer: dict, walls: tuple[float, float]) -> d
                  "remat": ours.get("remat"), "remat_reason": ours.get("remat_reason"),
                  "dtype_policy": ours.get("dtype_policy"), "wall_s": round(walls[0])},
         "peer": {"seq_per_sec": peer["seq_per_sec"], "step_ms": peer.get("step_ms"),
-                 "mfu": round(peer["seq_per_sec"] * flops / peak, 4),
+                 "mfu": round(peer["seq_per_sec"] * flops / peak, 4) if peak else None,
                  memory: peer.get(memory), "device": peer.get("device"),
                  "wall_s": round(walls[1])},
     }
