@@ -122,15 +122,32 @@ def _directories(path: str) -> dict[str, str]:
                                 "give a Hugging Face ELECTRA directory")
 
 
+# What transformers' ElectraConfig takes for a key config.json leaves out (ELECTRA-small's
+# discriminator): a directory reads here as `from_pretrained` reads it, and a default that
+# does not fit the weights is a named tensor's shape error.
+_DEFAULTS = {"vocab_size": 30522, "embedding_size": 128, "hidden_size": 256,
+             "num_hidden_layers": 12, "num_attention_heads": 4, "intermediate_size": 1024,
+             "max_position_embeddings": 512}
+_EXACT = {"hidden_act": "gelu", "position_embedding_type": "absolute",
+          "layer_norm_eps": 1e-12}  # ours computes these one way only (also the defaults)
+
+
 def _read_config(directory: str) -> dict:
+    """config.json with transformers' defaults filled in; a `ConversionError` naming the
+    file and the key for what ours cannot build."""
     path = os.path.join(directory, "config.json")
     config = workdir_lib.read_json(directory, "config.json")  # there (`_directories`)
     if config.get("model_type") != "electra":
         raise table.ConversionError(f"{path}: model_type is {config.get('model_type')!r}, "
                                     "not 'electra'")
-    for key, value in (("hidden_act", "gelu"), ("position_embedding_type", "absolute"),
-                       ("layer_norm_eps", 1e-12)):
-        if config.get(key, value) != value:  # ours computes these one way only
+    config = {**_DEFAULTS, **_EXACT, **config}
+    for key in _DEFAULTS:
+        value = config[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise table.ConversionError(f"{path}: {key} is {value!r}; it must be a positive "
+                                        "integer")
+    for key, value in _EXACT.items():
+        if config[key] != value:
             raise table.ConversionError(f"{path}: {key} is {config[key]!r}; only "
                                         f"{value!r} converts exactly")
     return config
@@ -150,7 +167,7 @@ def _load(directory: str) -> tuple[str, dict]:
 def _size(config: dict) -> sizes.EncoderSize:
     return sizes.EncoderSize(config["hidden_size"], config["num_hidden_layers"],
                              config["num_attention_heads"], config["intermediate_size"],
-                             config.get("embedding_size", config["hidden_size"]))
+                             config["embedding_size"])
 
 
 def _tie(loaded: dict, discriminator, generator) -> str:
@@ -188,15 +205,15 @@ class HuggingFace(formats.Format):
             raise table.ConversionError(f"{source}: an ElectraForMaskedLM (a generator); give "
                                         "the directory holding discriminator/ and generator/")
         discriminator = _size(disc)
-        positions = disc.get("max_position_embeddings", 512)
+        positions = disc["max_position_embeddings"]
         loaded = {part: _load(d) for part, d in directories.items()}
         if "generator" in configs:
             gen = configs["generator"]
             gen_source = os.path.join(directories["generator"], "config.json")
             for key in ("vocab_size", "max_position_embeddings"):
-                if gen.get(key) != disc.get(key):
-                    raise table.ConversionError(f"{gen_source}: {key} is {gen.get(key)}, the "
-                                                f"discriminator's {disc.get(key)}; ours needs "
+                if gen[key] != disc[key]:
+                    raise table.ConversionError(f"{gen_source}: {key} is {gen[key]}, the "
+                                                f"discriminator's {disc[key]}; ours needs "
                                                 "one")
             generator = _size(gen)
             tie = _tie(loaded, discriminator, generator)

@@ -79,3 +79,53 @@ def test_hf_missing_or_misshapen_tensor_is_named(weights, tmp_path, key, value, 
     safetensors_np.save_file(arrays, path, metadata={"format": "pt"})
     with pytest.raises(table.ConversionError, match=message):
         hf.HuggingFace().read(out)
+
+
+def test_hf_config_defaults_are_transformers():
+    transformers = pytest.importorskip("transformers",
+                                       reason="pip install -r requirements-test.txt")
+    config = transformers.ElectraConfig()  # transformers 5 has no position_embedding_type
+    ours = {**hf._DEFAULTS, **hf._EXACT}
+    assert {key: getattr(config, key, "absolute") for key in ours} == ours
+
+
+def _edit_config(out, part, **changes):
+    """Rewrites `out/part/config.json` with `changes`; a value of ... removes the key."""
+    path = os.path.join(out, part, "config.json")
+    config = json.load(open(path))
+    for key, value in changes.items():
+        if value is ...:
+            del config[key]
+        else:
+            config[key] = value
+    json.dump(config, open(path, "w"))
+
+
+def test_hf_config_without_optional_keys_reads_with_transformers_defaults(weights, tmp_path):
+    out = str(tmp_path / "hf")
+    hf.HuggingFace().write(weights, out)
+    for part in ("discriminator", "generator"):  # 512 positions, exact gelu: the defaults
+        _edit_config(out, part, max_position_embeddings=..., hidden_act=...,
+                     layer_norm_eps=..., position_embedding_type=...)
+    assert hf.HuggingFace().read(out).spec == weights.spec
+
+    _edit_config(out, "discriminator", intermediate_size=...)  # 1024, which the weights refute
+    with pytest.raises(table.ConversionError, match=(
+            r"^\S+/discriminator/model.safetensors: electra.encoder.layer.0.intermediate.dense"
+            r".weight has shape \[256, 64\], expected \[1024, 64\] for this model$")):
+        hf.HuggingFace().read(out)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"model_type": ...}, "model_type is None, not 'electra'"),
+    ({"intermediate_size": None}, "intermediate_size is None; it must be a positive integer"),
+    ({"num_hidden_layers": "2"}, "num_hidden_layers is '2'; it must be a positive integer"),
+    ({"hidden_act": "gelu_new"}, "hidden_act is 'gelu_new'; only 'gelu' converts exactly"),
+])
+def test_hf_config_error_names_the_file_and_the_key(weights, tmp_path, changes, message):
+    out = str(tmp_path / "hf")
+    hf.HuggingFace().write(weights, out)
+    _edit_config(out, "discriminator", **changes)
+    with pytest.raises(table.ConversionError) as e:
+        hf.HuggingFace().read(out)
+    assert str(e.value) == f"{os.path.join(out, 'discriminator', 'config.json')}: {message}"
