@@ -243,26 +243,38 @@ _OTHER_FORMATS = {
 
 
 def test_only_workdir_py_spells_a_runs_file_names():
-    """Every file a run writes and reads is named in electra_tf/workdir.py alone (string
-    constants outside docstrings; `tmp` and `logs` are too common a word to scan)."""
+    """Every file a run writes and reads is named in electra_tf/workdir.py alone, by the
+    package and by the tools (string constants outside docstrings). `train` and `eval`
+    also name config sections and data splits: they count only where a path is joined;
+    `tmp` is too common a word to scan."""
     import ast  # pylint: disable=g-import-not-at-top
     names = {workdir_lib.CONFIG, workdir_lib.VOCAB, workdir_lib.CHECKPOINTS,
              workdir_lib.CONVERTED, workdir_lib.PRETRAINED, workdir_lib.RESULTS,
-             workdir_lib.LOCK_FILE}
+             workdir_lib.LOCK_FILE, workdir_lib.LOGS}
+    in_paths = {workdir_lib.TRAIN_LOGS, workdir_lib.EVAL_LOGS}
+    joins = {"join", "path", "logs"}  # os.path.join, workdir_lib.path and .logs
+
+    def joined(node):  # the constants passed to a call that makes a path
+        name = getattr(node.func, "attr", getattr(node.func, "id", None))
+        return node.args if name in joins else []
+
     found = []
-    package = os.path.join(helpers.ROOT, "electra_tf")
-    for folder, _, files in os.walk(package):
-        for file in files:
-            path = os.path.join(folder, file)
-            relative = os.path.relpath(path, helpers.ROOT)
-            if not file.endswith(".py") or relative in (
-                    "electra_tf/workdir.py", *_OTHER_FORMATS):
-                continue
-            tree = ast.parse(open(path, encoding="utf-8").read())
-            docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                          if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
-                          and node.body and isinstance(node.body[0], ast.Expr)}
-            found += [f"{relative}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
-                      if isinstance(node, ast.Constant) and node.value in names
-                      and id(node) not in docstrings]
+    for top in ("electra_tf", "tools"):
+        for folder, _, files in os.walk(os.path.join(helpers.ROOT, top)):
+            for file in files:
+                path = os.path.join(folder, file)
+                relative = os.path.relpath(path, helpers.ROOT)
+                if not file.endswith(".py") or relative in (
+                        "electra_tf/workdir.py", *_OTHER_FORMATS):
+                    continue
+                tree = ast.parse(open(path, encoding="utf-8").read())
+                docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                              if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+                              and node.body and isinstance(node.body[0], ast.Expr)}
+                in_joins = {id(arg) for node in ast.walk(tree)
+                            if isinstance(node, ast.Call) for arg in joined(node)}
+                found += [f"{relative}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
+                          if isinstance(node, ast.Constant) and id(node) not in docstrings
+                          and (node.value in names
+                               or node.value in in_paths and id(node) in in_joins)]
     assert not found, found

@@ -98,13 +98,16 @@ def plot(runs: dict[str, dict[str, dict]], output: str, title: str) -> None:
 def main(argv):
     del argv
     common_flags.check_output_path("output", _OUTPUT.value)
+    # Imports TensorFlow, as reading the logs does: only once the flags are checked.
+    from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
     runs = {}
     for workdir in _WORKDIR.value:
-        scalars = {which: read_scalars(os.path.join(workdir, "logs", which))
-                   for which in ("train", "eval")}
+        train_logs = workdir_lib.logs(workdir, workdir_lib.TRAIN_LOGS)
+        scalars = {"train": read_scalars(train_logs),
+                   "eval": read_scalars(workdir_lib.logs(workdir, workdir_lib.EVAL_LOGS))}
         if not scalars["train"]:
             raise errors.UserError(f"--workdir={workdir}: no training summaries in "
-                                   f"{os.path.join(workdir, 'logs', 'train')}")
+                                   f"{train_logs}")
         runs[os.path.basename(os.path.normpath(workdir))] = scalars
     plot(runs, _OUTPUT.value, _TITLE.value or ", ".join(runs))
     steps = max(points[-1][0] for split in runs.values() for points in split["train"].values())

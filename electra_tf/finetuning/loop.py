@@ -340,9 +340,10 @@ def _finetune(config, workdir, strategy, task, chief) -> dict:
             "init_checkpoint": config.init_checkpoint, "lower_case": lower_case,
             "config": run_config.to_dict()})
         logs = workdir_lib.path(workdir, workdir_lib.LOGS)
-        train_writer = tf.summary.create_file_writer(os.path.join(logs, "train"))
-        eval_writers = {s: tf.summary.create_file_writer(os.path.join(logs, s))
-                        for s in evals}
+        train_writer = tf.summary.create_file_writer(
+            workdir_lib.logs(workdir, workdir_lib.TRAIN_LOGS))
+        eval_writers = {s: tf.summary.create_file_writer(workdir_lib.logs(workdir, s))
+                        for s in evals}  # one per dev split, named as the split
         summaries.write_config(train_writer, config)
         summaries.write_hparams(logs, config)  # dev metrics per run
     else:
