@@ -4,8 +4,9 @@
         --config.init_checkpoint=PRETRAIN_WORKDIR [--config.data.dir=TASK_DATA_DIR]
 
 Writes DIR/results.json after each evaluation, DIR/best (the best checkpoint by the task's
-metric), DIR/export/<step> (that model as a SavedModel), TensorBoard logs in DIR/logs, and
-for SQuAD the best step's DIR/predictions.json (and null_odds.json for 2.0).
+metric), DIR/export/<step> (that model as a SavedModel), TensorBoard logs in DIR/logs
+(`tensorboard --logdir=DIR`: the HParams tab lists the metrics from there), and for SQuAD
+the best step's DIR/predictions.json (and null_odds.json for 2.0).
 Re-running the same command resumes.
 """
 
@@ -30,6 +31,7 @@ def main(argv):
     for split, values in metrics.items():
         print(f"best {split}: " + " ".join(f"{k}={v:.4f}" for k, v in values.items()))
     print(f"results: {workdir_lib.path(_WORKDIR.value, workdir_lib.RESULTS)}")
+    print(f"TensorBoard: tensorboard --logdir={_WORKDIR.value}")
 
 
 if __name__ == "__main__":

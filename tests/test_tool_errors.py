@@ -3,6 +3,8 @@ traceback, and nothing already written is lost (tests/test_tools.py has the corp
 vocab cases of create_pretraining_data)."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
@@ -29,8 +31,9 @@ def w(tmp_path_factory):
 
 
 # (tool, arguments, what the error line says, paths that must be as they were); {w} is
-# the fixture's directory. Each case is one tool process (~5 s of TF start-up, but for
-# the tools of BEFORE_TENSORFLOW).
+# the fixture's directory; a tool is tools/NAME.py, or a package binary run with -m.
+# Each case is one tool process (~5 s of TF start-up, but for the tools of
+# BEFORE_TENSORFLOW).
 CASES = {
     "vocab_blank_corpus": (
         "build_vocab.py", ["--input={w}/blank.txt", "--output={w}/vocab.txt", "--overwrite"],
@@ -114,6 +117,15 @@ CASES = {
     "benchmark_workdir_is_a_file": (
         "benchmark.py", ["--mode=input", "--workdir={w}/vocab.txt"],
         ["--workdir={w}/vocab.txt: a file, not a directory"], ["vocab.txt"]),
+    "finetune_unknown_task": (
+        "electra_tf.finetune", ["--config=configs/finetune.py:foo", "--workdir={w}/ft"],
+        ["error: --config=configs/finetune.py:foo: unknown task 'foo'; choose one of cola, "
+         "sst2, mrpc, stsb, qqp, mnli, qnli, rte, squad1, squad2, conll2003, conll2000, "
+         "tagging"], ["ft"]),
+    "finetune_unknown_size": (
+        "electra_tf.finetune", ["--config=configs/finetune.py:mrpc,huge", "--workdir={w}/ft"],
+        ["error: --config=configs/finetune.py:mrpc,huge: unknown size 'huge'; choose one of "
+         "tiny, small, base, large"], ["ft"]),
 }
 
 
@@ -122,7 +134,7 @@ CASES = {
 BEFORE_TENSORFLOW = ("export_under_a_file", "sample_corpus_under_a_file",
                      "plot_output_is_a_directory", "predictions_html_is_a_directory",
                      "compare_budget_objective_is_gone", "a_glob_the_shell_expanded",
-                     "sample_corpus_exists")
+                     "sample_corpus_exists", "finetune_unknown_task", "finetune_unknown_size")
 
 
 @pytest.fixture(scope="module")
@@ -135,14 +147,24 @@ def no_tensorflow(tmp_path_factory):
     return str(package.parent)
 
 
+def _run(tool, *args, first_on_path=None):
+    """`helpers.run_tool` for tools/TOOL, else `python -m TOOL` with the same path."""
+    if tool.endswith(".py"):
+        return helpers.run_tool(tool, *args, timeout=300, first_on_path=first_on_path)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (first_on_path, helpers.ROOT, env.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, "-m", tool, *args], capture_output=True,
+                          text=True, timeout=300, cwd=helpers.ROOT, env=env)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_bad_input_is_one_line_and_loses_nothing(w, no_tensorflow, case):
     tool, args, expected, kept = CASES[case]
     before = {path: helpers.snapshot(w / path) if (w / path).exists() else None
               for path in kept}
-    result = helpers.run_tool(
-        tool, *(a.format(w=w) for a in args), timeout=300,
-        first_on_path=no_tensorflow if case in BEFORE_TENSORFLOW else None)
+    result = _run(tool, *(a.format(w=w) for a in args),
+                  first_on_path=no_tensorflow if case in BEFORE_TENSORFLOW else None)
     line = helpers.one_line_error(result)
     for fragment in expected:
         assert fragment.format(w=w) in line, line

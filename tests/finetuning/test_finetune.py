@@ -6,6 +6,7 @@ import os
 import shutil
 import random
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -224,6 +225,29 @@ def test_exported_classifier_runs_in_the_session_loader(pretrained, tmp_path):
     np.testing.assert_allclose(redone["probabilities"], direct["probabilities"], atol=1e-6)
     with pytest.raises(errors.UserError, match="no such checkpoint"):
         loop.export_run(workdir, str(tmp_path / "models" / "3"), checkpoint=workdir + "/x")
+
+
+def test_the_config_knows_every_task_without_tensorflow():
+    """configs/finetune.py names the tasks before it imports them (they import TF), so
+    that a bad one is answered at once (tests/test_tool_errors.py): the registry's."""
+    assert finetune_configs.TASK_NAMES == tuple(tasks.TASKS)
+
+
+def test_the_binary_ends_with_the_tensorboard_command(tmp_path):
+    """TensorBoard at the workdir, where the HParams tab lists the metrics (at
+    WORKDIR/logs it lists none: training/summaries.py); the run itself is stubbed."""
+    stub = ("from electra_tf import cli, finetune\n"
+            "from electra_tf.finetuning import loop\n"
+            "loop.finetune = lambda config, workdir: {'validation': {'accuracy': 0.5}}\n"
+            "cli.app_run(finetune.main)\n")
+    result = subprocess.run(
+        [sys.executable, "-c", stub, "--config=configs/finetune.py:sst2",
+         f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env=helpers.child_env())
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == [
+        "best validation: accuracy=0.5000", f"results: {tmp_path}/results.json",
+        f"TensorBoard: tensorboard --logdir={tmp_path}"]
 
 
 @pytest.mark.slow  # three fine-tuning processes
