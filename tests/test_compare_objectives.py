@@ -101,7 +101,7 @@ def test_the_report_is_written_whole_and_says_what_a_frozen_generator_is(
                         lambda config, workdir: trained.append(workdir))
     read = []
     monkeypatch.setattr(compare, "evaluations", lambda logdir: read.append(logdir) or [
-        (10, {"loss": 3.0, "masked_lm_accuracy": 0.25, "disc_auc": 0.5})])
+        (10, {"objective_loss": 3.0, "masked_lm_accuracy": 0.25, "disc_auc": 0.5})])
     monkeypatch.setattr(compare, "finetune", lambda *args: {"accuracy": 0.75})
     logged = []
     monkeypatch.setattr(compare.logging, "info", lambda *args: logged.append(args))
@@ -234,7 +234,7 @@ def test_compare_three_variants_at_equal_flops(tmp_path):
     for row in rows.values():
         # --evaluations=2: every steps // 2 steps, and at the end.
         assert len(row["eval"]) >= 2 and row["eval"][-1][0] == row["steps"]
-        assert "loss" in row["eval"][-1][1]
+        assert "objective_loss" in row["eval"][-1][1] and "loss" not in row["eval"][-1][1]
         # The fine-tuned dev metrics are those of the variant's own fine-tuning run.
         tuned = json.loads((out / "finetune" / "swapped_words" / row["variant"] /
                             "results.json").read_text())

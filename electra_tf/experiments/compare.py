@@ -162,7 +162,7 @@ def table(rows, metric: str, wall: float) -> str:
         last = r["eval"][-1][1] if r["eval"] else {}
         lines.append(
             f"| {r['variant']} | {r['steps']} | {r['flops']:.3g} | "
-            f"{fmt(last.get('loss'), '.4f')} | {fmt(r['masked_lm_accuracy'], '.3f')} | "
+            f"{fmt(last.get('objective_loss'), '.4f')} | {fmt(r['masked_lm_accuracy'], '.3f')} | "
             f"{fmt(r['disc_auc'], '.3f')} | {fmt(r['finetuned'].get(metric), '.3f')} | "
             f"{r['seconds']:.0f} |")
     overrides = "; ".join(
@@ -184,7 +184,7 @@ def plot(rows, metric: str, out: str) -> None:
     import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
     figure, (losses, accuracies, bars) = plt.subplots(1, 3, figsize=(15, 4.2),
                                                       constrained_layout=True)
-    for axes, key in ((losses, "loss"), (accuracies, "masked_lm_accuracy")):
+    for axes, key in ((losses, "objective_loss"), (accuracies, "masked_lm_accuracy")):
         for r in rows:
             points = [(step * r["flops_per_step"], m[key]) for step, m in r["eval"]
                       if key in m]

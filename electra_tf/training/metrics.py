@@ -76,7 +76,9 @@ class PretrainingMetrics:
         if not self._means["grad_norm"].count.numpy():
             del out["grad_norm"]  # evaluation
         if not self._means["loss"].count.numpy():
-            out["loss"] = out["objective_loss"]  # evaluation: nothing differentiated
+            # Evaluation: nothing is differentiated, so no `loss` (TensorBoard would draw
+            # it beside training's, the algorithm's loss); the objective's is there.
+            del out["loss"]
         return {name: out[name] for name in self.names if name in out}
 
     def reset(self):
