@@ -33,7 +33,8 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
     config.data.eval_files = ""         # the same, held-out; "" = no evaluation
     config.data.vocab_file = ""         # the vocab.txt the data was made with
     config.data.max_seq_length = 128    # paper: 128 (512 for the last 10% of Large is not used)
-    config.data.mask_prob = 0.15        # paper: 15% of tokens masked (25% for Large)
+    config.data.mask_prob = 0.25 if size == "large" else 0.15  # paper: 15% of tokens
+                                        # masked, 25% for Large (Table 6)
     config.data.mask_token_rate = 0.85  # of those, share set to [MASK]; the rest unchanged
     config.data.random_token_rate = 0.0  # share set to a random token (BERT: 0.1)
     config.data.whole_word_masking = False  # mask whole words (a word and its ## pieces);

@@ -101,3 +101,15 @@ def test_an_earlier_config_json_gets_todays_defaults_for_the_keys_it_lacks():
             same = key not in changed or size in changed[key]
             assert (config[section][field] == value) == same, (size, key)
         assert model_config.complete(config).to_dict() == config.to_dict()
+
+
+def test_each_size_has_the_papers_pretraining_hyperparameters():
+    """Table 6 of the paper: batch, steps, learning rate, generator width and the share
+    of tokens masked (25% for Large)."""
+    from configs import electra  # pylint: disable=g-import-not-at-top
+    for size, expected in {"small": (128, 1_000_000, 5e-4, 0.25, 0.15),
+                           "base": (256, 766_000, 2e-4, 1 / 3, 0.15),
+                           "large": (2048, 400_000, 2e-4, 0.25, 0.25)}.items():
+        config = electra.get_config(size)
+        assert (config.train.batch_size, config.train.steps, config.train.learning_rate,
+                config.model.generator_hidden_fraction, config.data.mask_prob) == expected
