@@ -96,8 +96,9 @@ class ExampleBuilder:
       B is still empty and A is under that length; all others go to B;
     * A is cut to `max_seq_length - 2` tokens and B to what is left after `[CLS]`, `[SEP]`
       and `[SEP]`; an empty B is dropped with its `[SEP]`;
-    * after each example, 5% of the time the next target length is uniform in
-      [5, max_seq_length] instead of `max_seq_length`.
+    * after each example, and at a document's start (`start_document`), 5% of the time
+      the next target length is uniform in [5, max_seq_length] instead of
+      `max_seq_length`.
 
     Calls return the finished example as `(input_ids, num_first)`, where the first
     `num_first` ids are `[CLS] A [SEP]`, or None while an example is still growing.
@@ -125,10 +126,19 @@ class ExampleBuilder:
         self.truncated_examples = 0
 
     def start_document(self, key: int) -> None:
-        """Begins a document: its draws come from (seed, `key`), its `document_key`, and
-        its first target length is `max_seq_length`."""
+        """Begins a document: its draws come from (seed, `key`), its `document_key`. Its
+        first target length is drawn as after an example: in the original it is the one
+        the previous document's last example drew, so that one example in 20 of every
+        kind (a document's first too) is built to a random target."""
         self._rng.seed((self._seed << 32) | key)
-        self._target_length = self._max_length
+        self._draw_target()
+
+    def _draw_target(self) -> None:
+        """The next target length: 5% of the time uniform in [5, max_seq_length]."""
+        if self._rng.random() < 0.05:
+            self._target_length = self._rng.randint(5, self._max_length)
+        else:
+            self._target_length = self._max_length
 
     def add_sentence(self, token_ids: list[int]):
         """Adds one tokenized sentence; returns a finished example or None."""
@@ -171,10 +181,7 @@ class ExampleBuilder:
 
         self._sentences = []
         self._length = 0
-        if rng.random() < 0.05:
-            self._target_length = rng.randint(5, self._max_length)
-        else:
-            self._target_length = self._max_length
+        self._draw_target()
 
         input_ids = self._cls + first + self._sep
         num_first = len(input_ids)
