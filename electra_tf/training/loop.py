@@ -97,6 +97,9 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         # one-line error here, not a failure deep in restore.
         checkpointing.check_same_run(config, workdir, vocab)
         trainer = trainer_lib.Trainer(config, strategy, vocab.size, masking.max_predictions)
+        if eval_data is not None:
+            with faults.naming_damaged(eval_files, "eval_files"):
+                trainer.check_eval_data(eval_data)
 
         # ---- checkpoint (resume). The order matters:
         # 1. the variables exist (the Trainer built model and optimizer in the strategy's

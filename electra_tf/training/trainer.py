@@ -475,6 +475,16 @@ class Trainer:
         with tracebacks.short_tracebacks():
             self.strategy.run(replica_fn, args=(batch, index))
 
+    def check_eval_data(self, dataset) -> None:
+        """At the start of a run, not hours into it at the first evaluation: a one-line
+        error where the held-out data does not fill one global batch."""
+        if next(iter(dataset), None) is None:
+            raise self._too_few_eval_examples()
+
+    def _too_few_eval_examples(self) -> errors.UserError:
+        return errors.UserError("config.data.eval_files: fewer examples than one global "
+                                f"batch ({self.global_batch})")
+
     def evaluate(self, dataset, num_batches: int) -> dict[str, float]:
         self.eval_metrics.reset()
         seen = 0
@@ -488,8 +498,7 @@ class Trainer:
             seen += 1
             bar.update(seen)
         if not seen:
-            raise errors.UserError("config.data.eval_files: fewer examples than one "
-                                   f"global batch ({self.global_batch})")
+            raise self._too_few_eval_examples()
         return self.eval_metrics.result()
 
     def loss_and_gradients(self, dist_batch, step):

@@ -112,3 +112,17 @@ def test_validate_checks_the_choices_the_trainer_and_strategy_resolve(tmp_path):
                                                r"config.train.optimizer"):
         variants.plan(electra_configs.get_config("tiny"), vocab,
                       variants.expand(specs=["a:train.optimizer=adamx"]))
+
+
+def test_held_out_data_smaller_than_a_batch_is_refused_before_training(data, tmp_path):
+    """At the start, not at the first evaluation (which may come hours later)."""
+    config = electra_configs.get_config("tiny")
+    config.data.update(train_files=data["train"], eval_files=data["eval"],
+                       vocab_file=data["vocab"], max_seq_length=32)
+    config.train.update(batch_size=2048, steps=1, jit_compile=False)
+    workdir = str(tmp_path / "run")
+    with pytest.raises(errors.UserError) as raised:
+        loop.train_and_evaluate(config, workdir)
+    assert str(raised.value) == ("config.data.eval_files: fewer examples than one global "
+                                 "batch (2048)")
+    assert not os.path.exists(os.path.join(workdir, "checkpoints"))
