@@ -135,7 +135,9 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
     config.train.xla_scope = "auto"           # auto|whole_step|forward_backward: what XLA
                                               # compiles (auto: the whole step on TPUs and
                                               # one GPU, the forward/backward pass on CPUs
-                                              # and under mirrored/multi-worker strategies)
+                                              # and under mirrored/multi-worker strategies;
+                                              # on a TPU forward_backward launches one
+                                              # step at a time: a fallback)
     config.train.accumulation_steps = 1       # N micro-batches per step (gradient
                                               # accumulation): less memory, same result
     config.train.remat = "auto"               # auto|none|selective|blocks: what the backward

@@ -29,7 +29,9 @@ def xla_scope(train_config, strategy) -> str:
     all-reduce, clipping, optimizer update and metrics in one program), "forward_backward"
     (the rest runs as TensorFlow ops) or "none" (`jit_compile=False`).
 
-    `auto`: the whole step on TPUs (TPUStrategy compiles every step whole) and on one GPU
+    `auto`: the whole step on TPUs (TPUStrategy compiles every step whole; `whole_step`
+    runs a launch's steps in one XLA `while`, `forward_backward` there launches each step
+    on its own, `strategy.run` a step: the fallback if a TPU refuses the loop) and on one GPU
     (the optimizer's few hundred small kernels and their launches leave the step); the
     forward/backward pass on a CPU, where the whole step is a little faster but holds more
     memory (BENCHMARKS.md, "Memory"), and under Mirrored and multi-worker strategies,
@@ -39,8 +41,8 @@ def xla_scope(train_config, strategy) -> str:
     """
     scope = train_config.xla_scope
     check_xla_scope(scope)
-    if distribute.is_tpu(strategy):
-        return "whole_step"  # TPUStrategy compiles every step whole, whatever is asked
+    if distribute.is_tpu(strategy):  # TPUStrategy compiles every step whole, XLA or not
+        return "forward_backward" if scope == "forward_backward" else "whole_step"
     if not train_config.jit_compile:
         if scope == "whole_step":
             raise errors.UserError("config.train.xla_scope='whole_step' needs "

@@ -131,13 +131,16 @@ class Trainer:
         #                     in another gets the variables it reads as compile-time
         #                     constants (TF 2.21) and compiles again at every step.
         #   forward_backward  each micro-batch's `_forward_backward` is one program; the
-        #                     all-reduce, clipping and update run as TF ops.
+        #                     all-reduce, clipping and update run as TF ops. On a TPU,
+        #                     one step a launch, each compiled whole by TPUStrategy (the
+        #                     pass a plain call in it, as above).
         #   none              nothing (config.train.jit_compile=false).
         self.xla_scope = step_settings.xla_scope(config.train, strategy)
         jit = config.train.jit_compile
         whole_step = self.xla_scope == "whole_step"
-        self._jit_step = whole_step and not distribute.is_tpu(strategy)
-        self._forward_backward = (self._forward_backward_pass if whole_step else
+        tpu = distribute.is_tpu(strategy)
+        self._jit_step = whole_step and not tpu
+        self._forward_backward = (self._forward_backward_pass if whole_step or tpu else
                                   tf.function(self._forward_backward_pass, jit_compile=jit,
                                               autograph=False))
         self._forward = tf.function(self._forward_pass, jit_compile=jit,  # evaluation

@@ -329,6 +329,14 @@ def test_bad_values_are_one_line_errors_naming_the_key():
             loop.validate(_config(**train))
         assert str(raised.value) == message
     assert step_settings.xla_scope(_config(jit_compile=False).train, strategy) == "none"
+    # A TPU compiles every step; forward_backward launches them one at a time there (the
+    # fallback if its XLA refused the steps' loop), anything else loops inside XLA.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(distribute, "is_tpu", lambda strategy: True)
+        assert [step_settings.xla_scope(_config(xla_scope=s, jit_compile=j).train, None)
+                for s, j in (("auto", True), ("whole_step", False),
+                             ("forward_backward", True), ("forward_backward", False))] == [
+            "whole_step", "whole_step", "forward_backward", "forward_backward"]
     with pytest.raises(errors.UserError, match="xla_scope='whole_step' needs "
                        "config.train.jit_compile=true"):
         step_settings.xla_scope(_config(jit_compile=False, xla_scope="whole_step").train, strategy)
