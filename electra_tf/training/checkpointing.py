@@ -111,6 +111,11 @@ _RUN_IDENTITY = (("model", "objective"), ("train", "algorithm"),
                  ("model", "generator_init"))
 
 
+# What the masks of the data stream are drawn by (data/masking.py).
+_MASKS = (("data", "mask_prob"), ("data", "mask_token_rate"), ("data", "random_token_rate"),
+          ("data", "whole_word_masking"))
+
+
 def check_same_run(config, workdir, vocab):
     """A workdir holds one run: resuming it with another model, objective, sequence
     length, batch size, seed or vocab would not continue it (or fail deep in restore)."""
@@ -139,13 +144,14 @@ def check_same_run(config, workdir, vocab):
                 f"config.{section}.{key}={now!r}, but the run in {workdir} was started with "
                 f"{before!r} ({path}): use another --workdir, or the same value to resume")
     # Once it has trained (a converted workdir is at step 0), also what the position in
-    # the data stream depends on, and AdamW's update rule (a run of an earlier version,
-    # bias-corrected, does not take the new default silently; LAMB has no such option).
+    # the data stream and its masks depend on, and AdamW's update rule (a run of an
+    # earlier version, bias-corrected, or a Large one masking 15%, does not take a new
+    # default silently; LAMB has no such option).
     latest = workdir_lib.latest_checkpoint(workdir)
     trained = latest and not latest.endswith("-0")
     adamw = (("train", "adam_bias_correction"),) if config.train.optimizer == "adamw" else ()
     for section, key in ((("data", "max_seq_length"), ("data", "shuffle_buffer"),
-                          ("train", "batch_size"), ("train", "seed"), *adamw)
+                          *_MASKS, ("train", "batch_size"), ("train", "seed"), *adamw)
                          if trained else ()):
         before, now = completed[section][key], config[section][key]
         if before != now:

@@ -118,8 +118,9 @@ def test_no_checkpoint_starts_from_step_0(tmp_path):
 
 def test_a_resume_is_checked_against_the_runs_completed_config(tmp_path):
     """A trained run's config.json of an earlier version (lacking the later keys) resumes
-    with the values that version ran with; another batch size, seed or Adam update
-    (an earlier run's was bias-corrected) is refused."""
+    with the values that version ran with; another batch size, seed, masking (a Large run
+    of an earlier version masked 15%) or Adam update (an earlier run's was
+    bias-corrected) is refused."""
     from configs import electra as electra_configs  # pylint: disable=g-import-not-at-top
     from electra_tf import model_config  # pylint: disable=g-import-not-at-top
     from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
@@ -137,7 +138,8 @@ def test_a_resume_is_checked_against_the_runs_completed_config(tmp_path):
     lamb.train.optimizer, lamb.train.adam_bias_correction = "lamb", False
     checkpointing.check_same_run(lamb, workdir, vocab=None)
     for key, value in (("train.batch_size", 3), ("train.seed", 7),
-                       ("train.adam_bias_correction", False)):
+                       ("train.adam_bias_correction", False), ("data.mask_prob", 0.25),
+                       ("data.whole_word_masking", True)):
         changed = loop.validate(config)
         section, field = key.split(".")
         changed[section][field] = value
