@@ -353,6 +353,15 @@ def gpu_memory_limit(device: str) -> int | None:
     return None
 
 
+def step_trace(name: str, step: int):
+    """A profiler TraceMe that TensorBoard's Profile tab (its step-time graph) and
+    `profiling.summarize` read as one training step: `step_num` plus TF's private `_r=1`,
+    the mark of a root event (`tf.profiler.experimental.Trace`'s keyword arguments are
+    its TraceMe's metadata)."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    return tf.profiler.experimental.Trace(name, step_num=step, _r=1)
+
+
 def xspace():
     """A new XSpace, the protobuf of a profiler trace (`.xplane.pb`), from TF's internal
     copy of TSL's profiler protos (TF ships no public reader of its own traces)."""

@@ -64,7 +64,7 @@ def run_traced(trainer, iterator, num_steps: int) -> None:
     read; the steps of one compiled loop would show as one)."""
     for _ in range(num_steps):
         step = int(trainer.step.numpy())
-        with tf.profiler.experimental.Trace(STEP_EVENT, step_num=step, _r=1):
+        with compat.step_trace(STEP_EVENT, step):
             trainer.run_loop(iterator, 1)
             int(trainer.step.numpy())  # waits for the step
 
@@ -74,7 +74,8 @@ class LoopProfiler:
     many steps, the first after the first loop (its tracing and compilation are not what a
     profile is for), over as many loops as they take, written to `logdir` by the chief.
     Every worker runs those steps one at a time, as the others do (they step together).
-    Each start of a run profiles: a resumed run adds a profile of its own."""
+    Each start of a run profiles: a resumed run adds a profile of its own. A stage that
+    begins inside them (two_stage's switch) has its first, compiling, step traced too."""
 
     def __init__(self, steps: int, logdir: str, chief: bool):
         self.logdir, self.chief = logdir, chief
@@ -102,8 +103,12 @@ class LoopProfiler:
         """Ends the profile (where the run stops before its steps were traced: with
         fewer); says where it went, or that the run ended before anything was traced."""
         if self.tracing:
-            tf.profiler.experimental.stop()
             self.tracing = False
+            try:  # called in the loop's `finally`: never in place of the run's own error
+                tf.profiler.experimental.stop()
+            except (tf.errors.OpError, RuntimeError) as e:
+                logging.warning("The profile in %s could not be written: %s", self.logdir, e)
+                return
             logging.info("Profiled steps %d-%d into %s (TensorBoard: Profile)", self.first,
                          int(trainer.step.numpy()), self.logdir)
         elif self.chief and self.asked and self.first is None and self.loops == 1:

@@ -581,6 +581,26 @@ def test_onednn_enabled_is_known():
     assert compat.onednn_enabled() in (True, False)
 
 
+def test_step_traces_are_what_the_summary_counts_and_profiling_goes_through_it(
+        monkeypatch, tmp_path):
+    from electra_tf import profiling  # pylint: disable=g-import-not-at-top
+    calls = counting(monkeypatch, compat, "step_trace")
+    tf.profiler.experimental.start(str(tmp_path))
+    for step in range(2):
+        with compat.step_trace(profiling.STEP_EVENT, step):
+            tf.constant(1.0) + 1.0
+    tf.profiler.experimental.stop()
+    assert profiling.summarize(profiling.newest_trace(str(tmp_path)))["steps"] == 2
+
+    class Trainer:  # what run_traced reads and calls
+        step = tf.Variable(0, dtype=tf.int64)
+
+        def run_loop(self, iterator, n):
+            self.step.assign_add(n)
+    profiling.run_traced(Trainer(), None, 3)
+    assert len(calls) == 2 + 3
+
+
 def test_xspace_parses_a_trace_and_the_summary_reads_through_it(monkeypatch, tmp_path):
     from electra_tf import profiling  # pylint: disable=g-import-not-at-top
     space = compat.xspace()
