@@ -125,6 +125,9 @@ def main(argv):
             print(f"tokenizer_config.json: do_lower_case={lower_case}"
                   + ("" if _LOWER_CASE.value is not None or weights.lower_case is not None
                      else " (assumed; pass --nolower_case for a cased vocab)"))
+        else:  # transformers' AutoTokenizer then has nothing to load
+            print("no vocab.txt or tokenizer_config.json written (no vocab beside the "
+                  "input): pass --vocab_file to add them")
     elif _TO.value == "keras_hub":
         convert.write(_TO.value, weights, output)
         print(f"wrote {output}: keras_hub.models.ElectraBackbone.from_preset({output!r})")
