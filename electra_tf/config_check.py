@@ -34,6 +34,11 @@ from electra_tf import errors
 _INT_MAX = 2**31 - 1
 
 
+# The shortest example: [CLS] A [SEP] B [SEP] with a token in each segment (the packer's
+# minimum, and the data tools' and the pre-training config's).
+MIN_SEQ_LENGTH = 5
+
+
 def max_predictions_per_seq(mask_prob: float, max_seq_length: int) -> int:
     """The original ELECTRA's bound on masked positions per sequence: the masking's
     `max_predictions` and the width of a batch's prediction slots.
@@ -99,7 +104,8 @@ CPU_DEVICES = _whole(0, high=1024, zero="0: off")  # logical CPU devices, to try
 
 # configs/electra.py
 PRETRAINING = {
-    "data.max_seq_length": _whole(5, zero="[CLS] A [SEP] B [SEP], a token in each"),
+    "data.max_seq_length": _whole(MIN_SEQ_LENGTH, zero="[CLS] A [SEP] B [SEP], a token in "
+                                                     "each"),
     "data.mask_prob": _real(0, 1, low_open=True),
     "data.mask_token_rate": FRACTION,
     "data.random_token_rate": FRACTION,

@@ -134,7 +134,9 @@ CASES = {
 BEFORE_TENSORFLOW = ("export_under_a_file", "sample_corpus_under_a_file",
                      "plot_output_is_a_directory", "predictions_html_is_a_directory",
                      "compare_budget_objective_is_gone", "a_glob_the_shell_expanded",
-                     "sample_corpus_exists", "finetune_unknown_task", "finetune_unknown_size")
+                     "sample_corpus_exists", "finetune_unknown_task", "finetune_unknown_size",
+                     "vocab_exists", "vocab_output_is_a_directory", "data_too_short",
+                     "data_no_shards", "data_output_is_a_file")
 
 
 @pytest.fixture(scope="module")

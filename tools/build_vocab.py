@@ -20,16 +20,14 @@ from absl import flags
 
 from electra_tf import errors
 from electra_tf import flags as common_flags
-from electra_tf.text import corpus
-from electra_tf.text import tokenizer
-from electra_tf.text import vocab as vocab_lib
+from electra_tf.text import special_tokens
 
 common_flags.define_corpus_flags()
 _VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 30522, "Largest vocabulary size.")
 flags.register_validator(
-    "vocab_size", lambda n: n > len(tokenizer.SPECIAL_TOKENS),
-    f"must exceed the {len(tokenizer.SPECIAL_TOKENS)} special tokens "
-    f"({' '.join(tokenizer.SPECIAL_TOKENS)})")
+    "vocab_size", lambda n: n > len(special_tokens.SPECIAL_TOKENS),
+    f"must exceed the {len(special_tokens.SPECIAL_TOKENS)} special tokens "
+    f"({' '.join(special_tokens.SPECIAL_TOKENS)})")
 _OUTPUT = flags.DEFINE_string("output", None, "Where to write vocab.txt.", required=True)
 _OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace an existing --output.")
 _LOWER_CASE = flags.DEFINE_boolean("lower_case", True, "Lower-case and strip accents.")
@@ -43,8 +41,12 @@ def main(argv):
     del argv
     start = time.monotonic()
     output = _OUTPUT.value
-    # Before the corpus is read.
+    # Before the corpus is read, and before TensorFlow loads.
     common_flags.check_output_path("output", output, overwrite=_OVERWRITE.value)
+    # pylint: disable=g-import-not-at-top
+    from electra_tf.text import corpus
+    from electra_tf.text import vocab as vocab_lib
+    # pylint: enable=g-import-not-at-top
     source = common_flags.open_corpus_from_flags()
     progress, read = corpus.progress_of(
         source, log=lambda line: print(f"reading: {line}", flush=True))

@@ -21,10 +21,9 @@ if __name__ == "__main__":  # run as a tool, not imported (tests import some too
 
 from absl import flags
 
+from electra_tf import config_check
 from electra_tf import errors
 from electra_tf import flags as common_flags
-from electra_tf.data import writer
-from electra_tf.text import tokenizer
 
 common_flags.define_corpus_flags()
 _VOCAB_FILE = flags.DEFINE_string("vocab_file", None, "BERT-format vocab.txt.",
@@ -33,9 +32,9 @@ _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Directory for shards and 
                                   required=True)
 _MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", 128, "Tokens per example.")
 flags.register_validator(
-    "max_seq_length", lambda n: n >= writer.MIN_SEQ_LENGTH,
-    f"must be at least {writer.MIN_SEQ_LENGTH}, room for [CLS] A [SEP] B [SEP] with a "
-    "token in each segment")
+    "max_seq_length", lambda n: n >= config_check.MIN_SEQ_LENGTH,
+    f"must be at least {config_check.MIN_SEQ_LENGTH}, room for [CLS] A [SEP] B [SEP] with "
+    "a token in each segment")
 _NUM_SHARDS = flags.DEFINE_integer("num_shards", None,
                                    "Number of shards (default: one per 64 MB of text).",
                                    lower_bound=1)
@@ -53,6 +52,9 @@ _BEAM_OPTIONS = flags.DEFINE_string(
 def main(argv):
     del argv
     common_flags.check_output_path("output_dir", _OUTPUT_DIR.value, directory=True)
+    # TensorFlow loads here, once the flags are checked.
+    from electra_tf.data import writer  # pylint: disable=g-import-not-at-top
+    from electra_tf.text import tokenizer  # pylint: disable=g-import-not-at-top
     vocab = tokenizer.Vocab.load(_VOCAB_FILE.value)  # before reading any text
     source = common_flags.open_corpus_from_flags()
     settings = dict(max_seq_length=_MAX_SEQ_LENGTH.value, lower_case=_LOWER_CASE.value,

@@ -15,6 +15,7 @@ from typing import Callable, Iterable
 
 import tensorflow as tf
 
+from electra_tf import config_check
 from electra_tf import errors
 from electra_tf import workdir as workdir_lib
 from electra_tf.data import examples
@@ -29,7 +30,7 @@ SHARD_PATTERN = "pretrain_data.tfrecord-{:05d}-of-{:05d}"
 BYTES_PER_SHARD = 64 * 2**20
 MAX_DEFAULT_SHARDS = 1024
 # The shortest example `examples.ExampleBuilder` packs: [CLS] A [SEP] B [SEP], a token each.
-MIN_SEQ_LENGTH = 5
+MIN_SEQ_LENGTH = config_check.MIN_SEQ_LENGTH
 LINES_PER_BATCH = 2048
 
 

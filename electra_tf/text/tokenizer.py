@@ -22,9 +22,11 @@ import tensorflow as tf
 import tensorflow_text as text
 
 from electra_tf import errors
+from electra_tf.text import special_tokens
 
-PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
-SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]
+PAD, UNK, CLS, SEP, MASK = (special_tokens.PAD, special_tokens.UNK, special_tokens.CLS,
+                            special_tokens.SEP, special_tokens.MASK)
+SPECIAL_TOKENS = special_tokens.SPECIAL_TOKENS
 
 
 class VocabError(errors.UserError):
