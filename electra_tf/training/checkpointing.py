@@ -146,12 +146,14 @@ def check_same_run(config, workdir, vocab):
     # Once it has trained (a converted workdir is at step 0), also what the position in
     # the data stream and its masks depend on, and AdamW's update rule (a run of an
     # earlier version, bias-corrected, or a Large one masking 15%, does not take a new
-    # default silently; LAMB has no such option).
+    # default silently; LAMB has no such option; AdamW's and LAMB's slots have the same
+    # names, so a switch would restore without a word).
     latest = workdir_lib.latest_checkpoint(workdir)
     trained = latest and not latest.endswith("-0")
     adamw = (("train", "adam_bias_correction"),) if config.train.optimizer == "adamw" else ()
     for section, key in ((("data", "max_seq_length"), ("data", "shuffle_buffer"),
-                          *_MASKS, ("train", "batch_size"), ("train", "seed"), *adamw)
+                          *_MASKS, ("train", "batch_size"), ("train", "seed"),
+                          ("train", "optimizer"), *adamw)
                          if trained else ()):
         before, now = completed[section][key], config[section][key]
         if before != now:

@@ -118,9 +118,9 @@ def test_no_checkpoint_starts_from_step_0(tmp_path):
 
 def test_a_resume_is_checked_against_the_runs_completed_config(tmp_path):
     """A trained run's config.json of an earlier version (lacking the later keys) resumes
-    with the values that version ran with; another batch size, seed, masking (a Large run
-    of an earlier version masked 15%) or Adam update (an earlier run's was
-    bias-corrected) is refused."""
+    with the values that version ran with; another batch size, seed, optimizer (AdamW's
+    and LAMB's slots have the same names), masking (a Large run of an earlier version
+    masked 15%) or Adam update (an earlier run's was bias-corrected) is refused."""
     from configs import electra as electra_configs  # pylint: disable=g-import-not-at-top
     from electra_tf import model_config  # pylint: disable=g-import-not-at-top
     from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
@@ -134,15 +134,20 @@ def test_a_resume_is_checked_against_the_runs_completed_config(tmp_path):
     workdir_lib.write_json(workdir, workdir_lib.CONFIG, earlier)
     _save(workdir_lib.checkpoints(workdir), [5])
     checkpointing.check_same_run(config, workdir, vocab=None)
-    lamb = loop.validate(config)  # LAMB has no bias-correction option to keep
+    # A LAMB run has no bias-correction option to keep: not refused over it.
+    lamb = loop.validate(config)
     lamb.train.optimizer, lamb.train.adam_bias_correction = "lamb", False
-    checkpointing.check_same_run(lamb, workdir, vocab=None)
-    for key, value in (("train.batch_size", 3), ("train.seed", 7),
+    lamb_run = str(tmp_path / "lamb")
+    workdir_lib.write_json(lamb_run, workdir_lib.CONFIG, dict(earlier, train={
+        **earlier["train"], "optimizer": "lamb"}))
+    _save(workdir_lib.checkpoints(lamb_run), [5])
+    checkpointing.check_same_run(lamb, lamb_run, vocab=None)
+    for key, value in (("train.batch_size", 3), ("train.seed", 7), ("train.optimizer", "lamb"),
                        ("train.adam_bias_correction", False), ("data.mask_prob", 0.25),
                        ("data.whole_word_masking", True)):
         changed = loop.validate(config)
         section, field = key.split(".")
         changed[section][field] = value
-        with pytest.raises(errors.UserError, match=rf"^config.{key}={value}, but the run in "
+        with pytest.raises(errors.UserError, match=rf"^config.{key}={value!r}, but the run in "
                                                    r".*run was started with"):
             checkpointing.check_same_run(changed, workdir, vocab=None)
