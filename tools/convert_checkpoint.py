@@ -125,14 +125,14 @@ def main(argv):
             print(f"tokenizer_config.json: do_lower_case={lower_case}"
                   + ("" if _LOWER_CASE.value is not None or weights.lower_case is not None
                      else " (assumed; pass --nolower_case for a cased vocab)"))
-        else:  # transformers' AutoTokenizer then has nothing to load
-            print("no vocab.txt or tokenizer_config.json written (no vocab beside the "
-                  "input): pass --vocab_file to add them")
     elif _TO.value == "keras_hub":
         convert.write(_TO.value, weights, output)
         print(f"wrote {output}: keras_hub.models.ElectraBackbone.from_preset({output!r})")
     else:
         print(f"wrote {convert.write(_TO.value, weights, output, vocab_file)}")
+    if not vocab_file and _TO.value in ("hf", "tf1"):  # a tokenizer then has nothing to load
+        print("no vocab.txt" + (" or tokenizer_config.json" if _TO.value == "hf" else "")
+              + " written (no vocab beside the input): pass --vocab_file to add it")
     print(f"done in {time.monotonic() - start:.1f} s")
 
 
