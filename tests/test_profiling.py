@@ -62,3 +62,23 @@ def test_a_run_that_ends_in_its_first_loop_says_nothing_was_profiled(tmp_path,
     warnings.clear()
     profiling.LoopProfiler(0, str(tmp_path / "logs"), chief=True).stop(trainer)
     assert not warnings  # nothing asked
+
+
+def test_a_profile_that_cannot_be_written_warns_and_the_run_goes_on(tmp_path, monkeypatch):
+    """`stop` runs in the loop's `finally`: a failing profiler must not replace the run's
+    own error (or end a run that had none)."""
+    warnings = []
+    monkeypatch.setattr(profiling.logging, "warning", lambda *a: warnings.append(a))
+    trainer = _Trainer()
+    profiler = profiling.LoopProfiler(1, str(tmp_path / "logs"), chief=True)
+    profiler.run_loop(trainer, None, 2)  # the first loop: not traced
+    real_stop = tf.profiler.experimental.stop
+
+    def failing_stop():
+        real_stop()
+        raise tf.errors.UnavailableError(None, None, "the disk went away")
+    monkeypatch.setattr(tf.profiler.experimental, "stop", failing_stop)
+    profiler.run_loop(trainer, None, 2)  # traces one step, stops: fails, warns
+    profiler.stop(trainer)  # again (the loop's `finally`): nothing more
+    assert trainer.calls == [2, 1, 1]
+    assert len(warnings) == 1 and "could not be written" in warnings[0][0]
