@@ -3,12 +3,11 @@
 Preemptible TPUs and spot GPUs get SIGTERM some seconds before they are taken away.
 
 - One worker (the default strategy, `one_device`, `mirrored`), and a TPU:
-  `SigtermWatcher` sets the
-  trainer's `stop_requested` variable the moment the signal arrives, from a thread, so
-  the compiled loop (which reads it before every step) stops after the step it is in,
-  even in the middle of a long `steps_per_loop` call (the whole step on one device, whose
-  loop runs inside XLA, reads it once a loop: it stops at the loop's end). The loop then
-  saves and returns.
+  `SigtermWatcher` sets the trainer's `stop_requested` variable the moment the signal
+  arrives, from a thread, so the compiled loop (which reads it before every step) stops
+  after the step it is in, even in the middle of a long `steps_per_loop` call (the whole
+  step on one GPU or a TPU, whose loop runs inside XLA, reads it once a loop: it stops at
+  the loop's end). The loop then saves and returns.
 - Several workers (`multi_worker`): they must all stop after the same step, so
   `tf.distribute.experimental.PreemptionCheckpointHandler` agrees on it through the
   coordination service and saves there, at a `steps_per_loop` boundary; its `exit_fn`
