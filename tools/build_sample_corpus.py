@@ -34,7 +34,8 @@ def main(argv):
         if flag.value:
             common_flags.check_output_path(flag.name, flag.value, overwrite=_OVERWRITE.value)
     from electra_tf.text import corpus  # pylint: disable=g-import-not-at-top
-    documents = list(corpus.stdlib_documents())
+    from electra_tf.text import sample_corpus  # pylint: disable=g-import-not-at-top
+    documents = list(sample_corpus.stdlib_documents())
     heldout = []
     if _HELDOUT_OUTPUT.value:
         every = _HELDOUT_EVERY.value

@@ -10,6 +10,7 @@ from electra_tf import flags as common_flags
 from electra_tf.data import pipeline
 from electra_tf.data import writer
 from electra_tf.text import corpus
+from electra_tf.text import sample_corpus
 from electra_tf.text import tokenizer as tokenizer_lib
 from electra_tf.text import vocab as vocab_lib
 
@@ -21,7 +22,7 @@ def prepare(workdir: str, corpus_copies: int, vocab_size: int) -> tuple:
     tf.io.gfile.makedirs(workdir)
     corpus_path = os.path.join(workdir, "corpus.txt")
     if not tf.io.gfile.exists(corpus_path):
-        lines = list(corpus.documents_to_lines(corpus.stdlib_documents()))
+        lines = list(corpus.documents_to_lines(sample_corpus.stdlib_documents()))
         corpus.write_corpus(lines * corpus_copies, corpus_path)
     vocab_path = os.path.join(workdir, "vocab.txt")
     if not tf.io.gfile.exists(vocab_path):

@@ -1,11 +1,9 @@
 """Pre-training corpora as a stream of lines.
 
 Every corpus reaches the rest of the code in the format the original ELECTRA tooling
-reads: one sentence per line, and an empty line between documents. Three sources:
+reads: one sentence per line, and an empty line between documents. Two sources read
+here, and the built-in sample corpus made in `sample_corpus.py`:
 
-* `stdlib_documents()`: the built-in sample corpus, English prose that every Python
-  installation carries (the `pydoc_data` topics and the standard library's docstrings,
-  read from the source files with `ast`, never imported).
 * `read_lines(pattern)`: the user's own text files (`.txt` or `.txt.gz`, globs).
 * `tfds_lines(name)`: any TFDS dataset with a text feature, from a local data dir.
 
@@ -13,12 +11,8 @@ Bad input never stops a long job silently or with a traceback: undecodable lines
 over-long lines and (TFDS) sentences without a letter are skipped or truncated and
 counted in `CorpusStats`, and what cannot be read at all raises `CorpusError` naming
 the file.
-
->>> sentences_from_text("Hello world.  It works!\\n\\n>>> print(1)\\n1")
-['Hello world.', 'It works!']
 """
 
-import ast
 import contextlib
 import dataclasses
 import glob
@@ -26,7 +20,6 @@ import gzip
 import io
 import os
 import re
-import sysconfig
 import unicodedata
 import zlib
 from typing import Callable, Iterable, Iterator
@@ -50,7 +43,6 @@ _ABBREVIATIONS = frozenset((
     "Dr.", "Prof.", "St.", "Jr.", "Sr.", "Mt.", "No.", "Nos.", "Fig.", "Figs.", "Vol.",
     "Ch.", "Sec.", "Eq.", "pp.", "Inc.", "Ltd.", "Co.", "Corp.", "Jan.", "Feb.", "Mar.",
     "Apr.", "Aug.", "Sep.", "Sept.", "Oct.", "Nov.", "Dec."))
-_RULE_LINE = re.compile(r"^\s*([=*\-~^#+_.])\1{2,}\s*$")  # reST heading underlines
 _LETTER = re.compile(r"[^\W\d_]")
 
 
@@ -156,83 +148,6 @@ def split_sentences(paragraph: str, stats: CorpusStats | None = None,
 def _opens(char: str) -> bool:
     """An opening bracket or quote (Unicode categories Ps, Pi)."""
     return unicodedata.category(char) in ("Ps", "Pi")
-
-
-def _is_prose(paragraph_lines: list[str]) -> bool:
-    """False for code examples, doctests, literal blocks and tables."""
-    first = paragraph_lines[0]
-    if first.startswith((">>>", "...", "$ ", "+--", "+==", "|")):
-        return False
-    # reST literal blocks and examples are indented below their introducing paragraph.
-    if all(line[:1].isspace() for line in paragraph_lines):
-        return False
-    return True
-
-
-def sentences_from_text(text: str) -> list[str]:
-    """Cleans documentation text (reST or plain) into a list of sentences."""
-    sentences = []
-    paragraph: list[str] = []
-
-    def flush():
-        if paragraph and _is_prose(paragraph):
-            # A doctest can follow prose without a blank line: its lines are no sentence.
-            sentences.extend(s for s in split_sentences(" ".join(paragraph))
-                             if not s.startswith((">>>", "...")))
-        paragraph.clear()
-
-    for line in text.expandtabs().splitlines():
-        if not line.strip() or _RULE_LINE.match(line):
-            flush()
-        else:
-            paragraph.append(line.rstrip())
-    flush()
-    return sentences
-
-
-# ---------------------------------------------------------------------------- sample corpus
-
-
-def _stdlib_sources() -> list[str]:
-    """The standard library's own .py files, without tests and installed packages."""
-    root = sysconfig.get_paths()["stdlib"]
-    skip = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
-    paths = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in skip)
-        paths.extend(os.path.join(dirpath, f) for f in sorted(filenames) if f.endswith(".py"))
-    return paths
-
-
-def _module_docstrings(path: str) -> list[str]:
-    """Docstrings of a module, its classes and functions, in source order."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), filename=path)
-    except (SyntaxError, UnicodeDecodeError, ValueError):
-        return []  # a few stdlib files are deliberately broken test data
-    nodes = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-    docs = [(getattr(n, "lineno", 0), ast.get_docstring(n, clean=True))
-            for n in ast.walk(tree) if isinstance(n, nodes)]
-    return [doc for _, doc in sorted(docs, key=lambda d: d[0]) if doc]
-
-
-def stdlib_documents() -> Iterator[list[str]]:
-    """Yields the sample corpus, one document (a list of sentences) at a time.
-
-    Each `pydoc_data` topic is one document; each standard-library module (its own, its
-    classes' and its functions' docstrings) is another. About 2 MB of English text.
-    """
-    from pydoc_data import topics  # pylint: disable=g-import-not-at-top
-
-    for name in sorted(topics.topics):
-        document = sentences_from_text(topics.topics[name])
-        if document:
-            yield document
-    for path in _stdlib_sources():
-        document = [s for doc in _module_docstrings(path) for s in sentences_from_text(doc)]
-        if document:
-            yield document
 
 
 def documents_to_lines(documents: Iterable[list[str]]) -> Iterator[str]:
