@@ -36,7 +36,7 @@ class BadRows:
 
     >>> rows = BadRows("skip")
     >>> rows.bad("dev.tsv:3", "empty sentence"); rows.bad("dev.tsv:9", "label 'x'")
-    >>> rows.skipped_note()
+    >>> skipped_note(rows.skipped, rows.first_skipped)
     '2 skipped; first: dev.tsv:3: empty sentence'
     >>> BadRows("error").bad("a.tsv:3", "empty")
     Traceback (most recent call last):
@@ -55,9 +55,6 @@ class BadRows:
             raise self.error(message + SKIP_HINT)
         self.skipped += 1
         self.first_skipped = self.first_skipped or message
-
-    def skipped_note(self) -> str:
-        return skipped_note(self.skipped, self.first_skipped)
 
 
 def skipped_note(skipped: int, first_skipped: str) -> str:
