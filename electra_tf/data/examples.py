@@ -18,6 +18,8 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import config_check
+
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids")
 
 
@@ -111,8 +113,9 @@ class ExampleBuilder:
 
     def __init__(self, max_seq_length: int, cls_id: int, sep_id: int, seed: int = 0,
                  rng: random.Random | None = None):
-        if max_seq_length < 5:
-            raise ValueError(f"`max_seq_length` must be at least 5. "
+        if max_seq_length < config_check.MIN_SEQ_LENGTH:
+            raise ValueError(f"`max_seq_length` must be at least "
+                             f"{config_check.MIN_SEQ_LENGTH}. "
                              f"Received: `max_seq_length={max_seq_length}`")
         self._max_length = max_seq_length
         self._target_length = max_seq_length

@@ -68,7 +68,8 @@ def test_reads_plain_and_gzipped_files_by_the_sets_names(tmp_path):
     iob2 = generated.write(str(tmp_path / "iob2.txt"), items, "iob2")
     assert conll.read(iob2, "iob1").tags == conll.read(iob2, "iob2").tags
     with pytest.raises(conll.TaggingDataError, match=r"iob2.txt:\d+: 'B-\w+' after "
-                       r"'(O|the sentence start)' is not valid IOB1 \(strict mode\) \(config.data.on_bad"):
+                       r"'(O|the sentence start)' is not valid IOB1 \(strict mode\) "
+                       r"\(config.data.on_bad"):
         conll.read(iob2, "iob1", strict=True)
 
 
