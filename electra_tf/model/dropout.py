@@ -18,7 +18,10 @@ Two sources for the seeds:
   accumulation replica · N + micro-batch), so the mask of every element of
   the GLOBAL batch is a pure function of (run seed, step, layer, position): a resumed
   run draws exactly the masks of an uninterrupted one, and one replica or many draw the
-  same masks for the same examples. (The index wraps at 2^32 elements per layer call.)
+  same masks for the same examples. The global index is 64-bit (a call's `block * size`
+  passes 2^32 in ELECTRA-Large's attention probabilities at batch 2048, where a 32-bit
+  index would give replicas 0 and 4 of eight the same masks); one call holds under 2^31
+  elements.
 - Elsewhere (no active context, or one without a seed), two 32-bit seeds per call from
   the layer's `SeedGenerator`, as Keras' `Dropout` would draw (every replica draws the
   same seeds then).
@@ -44,6 +47,7 @@ from electra_tf.model import context as context_lib
 _MIX1 = 0x85EBCA6B  # murmur3 fmix32 constants
 _MIX2 = 0xC2B2AE35
 _GOLDEN = 0x9E3779B1
+_MIX_HIGH = 0x27D4EB2F  # xxHash32's PRIME32_4: mixes the index's high word
 
 
 def _fmix32(h):
@@ -57,12 +61,24 @@ def _fmix32(h):
 
 def random_bits(shape, seed, offset=0) -> tf.Tensor:
     """uint32 bits of `shape`, a pure function of `seed` (two int32) and the position
-    (plus `offset`, modulo 2^32)."""
+    plus `offset` (an int64 below 2^63: the 64-bit element index; at offsets below 2^32
+    the bits are those of a 32-bit index)."""
     index = tf.range(tf.reduce_prod(shape), dtype=tf.int32)
-    index = tf.bitcast(tf.reshape(index, shape), tf.uint32) + tf.cast(offset, tf.uint32)
+    index = tf.bitcast(tf.reshape(index, shape), tf.uint32)
     seed = tf.bitcast(tf.cast(seed, tf.int32), tf.uint32)
+    high = None
+    if not (isinstance(offset, int) and offset == 0):
+        offset = tf.cast(offset, tf.int64)
+        low_offset = tf.cast(offset % 2**32, tf.uint32)
+        index += low_offset
+        # The carry out of the low word: the index's high word, per element.
+        high = (tf.cast(offset // 2**32, tf.uint32)
+                + tf.cast(index < low_offset, tf.uint32))
     h = _fmix32(tf.bitwise.bitwise_xor(index * tf.constant(_GOLDEN, tf.uint32), seed[0]))
-    return _fmix32(h + seed[1])
+    h += seed[1]
+    if high is not None:
+        h += high * tf.constant(_MIX_HIGH, tf.uint32)
+    return _fmix32(h)
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -91,6 +107,9 @@ class HashDropout(keras.layers.Dropout):
         `like` of `inputs`' shape, gives the bool mask of the elements kept, the same at
         every call (one draw of the seeds): a backward pass can draw it again instead
         of keeping it (`attention.core`)."""
+        if (inputs.shape.num_elements() or 0) >= 2**31:
+            raise ValueError(f"{self.path}: HashDropout indexes under 2^31 elements per "
+                             f"call; got shape {inputs.shape}")
         context = context_lib.active()
         if context is None or context.seed is None:
             seed = keras.random.randint([2], -2**31, 2**31 - 1, dtype="int32",
@@ -106,7 +125,7 @@ class HashDropout(keras.layers.Dropout):
                 [2], tf.random.experimental.stateless_fold_in(step_seed, self.stream,
                                                               alg="philox"),
                 minval=None, maxval=None, dtype=tf.int32, alg="philox")
-            offset = tf.cast(context.block, tf.uint32) * tf.cast(tf.size(inputs), tf.uint32)
+            offset = tf.cast(context.block, tf.int64) * tf.size(inputs, out_type=tf.int64)
         threshold = tf.constant(min(round(self.rate * 2**32), 2**32 - 1), tf.uint32)
 
         def keep(like):

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from electra_tf.model import context
 from electra_tf.model import dropout
 from electra_tf.model import pretrainer
 from electra_tf.model import sizes
@@ -55,6 +56,43 @@ def test_same_seed_same_masks_and_xla_agrees():
     seed = tf.constant([5, -9], tf.int32)
     np.testing.assert_array_equal(bits(tf.constant([8, 33]), seed),
                                   dropout.random_bits(tf.constant([8, 33]), seed))
+
+
+def test_the_element_index_is_64_bit():
+    """ELECTRA-Large's attention probabilities at batch 2048 hold 2^33 elements: a 32-bit
+    index made replicas 0 and 4 of eight draw the same masks."""
+    seed = tf.constant([5, -9], tf.int32)
+    def bits(n, offset):
+        return dropout.random_bits(tf.constant([n]), seed, offset).numpy()
+    # Below 2^32 an offset only shifts the index, and the bits are the 32-bit index's
+    # (masks drawn before the index was 64-bit are unchanged: those bits, pinned).
+    np.testing.assert_array_equal(bits(8, 5), bits(13, 0)[5:])
+    np.testing.assert_array_equal(
+        dropout.random_bits(tf.constant([2, 3]), seed, 7).numpy(),
+        np.array([[3955611795, 4225510321, 1344306686],
+                  [2562142626, 1290684061, 1875957179]], np.uint32))
+    # A call across 2^32 carries into the high word: its halves are the calls on each side.
+    np.testing.assert_array_equal(bits(8, 2**32 - 3),
+                                  np.concatenate([bits(3, 2**32 - 3), bits(5, 2**32)]))
+    # 2^32 and 2^33 on are other bits, not a repeat of 0 on.
+    a, b, c = (bits(1 << 16, o).astype("int64") for o in (0, 2**32, 2**33))
+    assert len({tuple(a), tuple(b), tuple(c)}) == 3
+    for x, y in ((a, b), (a, c), (b, c)):
+        agree = np.mean((x >= 2**31) == (y >= 2**31))  # one bit, as a rate-0.5 mask
+        assert abs(agree - 0.5) < 5 * 0.5 / np.sqrt(x.size)
+    xla = tf.function(dropout.random_bits, jit_compile=True)
+    for offset in (2**32 - 3, 2**33 + 7):  # a carry; a high word of 2
+        np.testing.assert_array_equal(
+            xla(tf.constant([8]), seed, tf.constant(offset, tf.int64)), bits(8, offset))
+    # The layer's offset is block · size in 64 bits: block 2^26 of 64 elements is 2^32.
+    layer = dropout.HashDropout(0.5)
+    layer.stream = 0
+    step = context.StepContext.for_step(1, 2, training=True)
+    def mask(block):
+        with context.entered(step.for_block(block)):
+            return layer(np.ones((8, 8), "float32"), training=True).numpy() > 0
+    assert not np.array_equal(mask(0), mask(2**26))
+    np.testing.assert_array_equal(mask(2**26), mask(2**26))
 
 
 def test_noise_shape_is_refused():
