@@ -37,12 +37,7 @@ def restore_newest(directory: str, restore: Callable[[str], Any]) -> tuple[str |
     `restore` returned), or (None, None) where `directory` holds no checkpoint.
 
     Raises RunError when none of the checkpoints can be read."""
-    state = tf.train.get_checkpoint_state(directory)
-    paths = list(state.all_model_checkpoint_paths) if state else []
-    if state and state.model_checkpoint_path and state.model_checkpoint_path not in paths:
-        paths.append(state.model_checkpoint_path)
-    # TF makes them absolute; "gs://…" is absolute too, though os.path.isabs says no.
-    paths = [p if workdir_lib.is_absolute(p) else os.path.join(directory, p) for p in paths]
+    paths = listed_checkpoints(directory)
     for path in reversed(paths):
         try:
             return path, restore(path)
@@ -53,6 +48,18 @@ def restore_newest(directory: str, restore: Callable[[str], Any]) -> tuple[str |
         raise errors.RunError(f"none of the checkpoints in {directory} can be read "
                               f"({', '.join(os.path.basename(p) for p in paths)})")
     return None, None
+
+
+def listed_checkpoints(directory: str) -> list[str]:
+    """The checkpoints the state file of `directory` lists, oldest first, as paths (what
+    `restore_newest` tries, newest first; `tf.train.latest_checkpoint` gives None where
+    the newest one's files are gone, though an older one restores)."""
+    state = tf.train.get_checkpoint_state(directory)
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    if state and state.model_checkpoint_path and state.model_checkpoint_path not in paths:
+        paths.append(state.model_checkpoint_path)
+    # TF makes them absolute; "gs://…" is absolute too, though os.path.isabs says no.
+    return [p if workdir_lib.is_absolute(p) else os.path.join(directory, p) for p in paths]
 
 
 def restore(trainer, checkpoint, directory) -> str | None:
@@ -148,8 +155,9 @@ def check_same_run(config, workdir, vocab):
     # earlier version, bias-corrected, or a Large one masking 15%, does not take a new
     # default silently; LAMB has no such option; AdamW's and LAMB's slots have the same
     # names, so a switch would restore without a word).
-    latest = workdir_lib.latest_checkpoint(workdir)
-    trained = latest and not latest.endswith("-0")
+    listed = listed_checkpoints(workdir_lib.checkpoints(workdir))
+    latest = listed[-1] if listed else None
+    trained = any(not path.endswith("-0") for path in listed)
     adamw = (("train", "adam_bias_correction"),) if config.train.optimizer == "adamw" else ()
     for section, key in ((("data", "max_seq_length"), ("data", "shuffle_buffer"),
                           *_MASKS, ("train", "batch_size"), ("train", "seed"),
@@ -172,6 +180,54 @@ def check_same_run(config, workdir, vocab):
             raise errors.UserError(
                 f"config.data.vocab_file={config.data.vocab_file!r} differs from the vocab "
                 f"the run in {workdir} was started with ({vocab_copy})")
+
+
+def layout_of(saved: dict, step: int) -> dict | None:
+    """The layout ({"input_pipelines": H, "replicas": N}) that trained the checkpoint of
+    `step`, from config.json's `layouts`, [[s, layout], ...]: each start of the run at
+    step s on another layout than the last; None where a run of an earlier version
+    recorded none. The checkpoint of step t was saved by the start of the greatest s < t
+    (a start saves no checkpoint at its own step)."""
+    before = [layout for start, layout in saved.get("layouts", ()) if start < step]
+    return before[-1] if before else None
+
+
+def layouts(workdir, step: int, layout: dict) -> list:
+    """config.json's `layouts` for a start at `step` (the latest checkpoint's) on
+    `layout`: the starts after `step` saved nothing that survives, and are dropped."""
+    saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG) or {}
+    kept = [[start, old] for start, old in saved.get("layouts", ()) if start < step]
+    if not kept or kept[-1][1] != layout:
+        kept.append([step, layout])
+    return kept
+
+
+def warn_if_other_layout(workdir, layout: dict, step: int, restored: str) -> None:
+    """Resuming on another layout ({"input_pipelines": H, "replicas": N}) than the one
+    that trained the checkpoint restored (`restored`, at `step`; `layout_of` config.json)
+    is allowed, and said. Each host reads its own chunks of the data (data/order.py)
+    and masks its replicas' batches by their index: the run continues batch for batch
+    only on the hosts and replicas that trained it. On other hosts the examples a host
+    reads from here differ (until the epoch ends, some come again and others wait); on
+    other replicas alone, their masks."""
+    saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG) or {}
+    before = layout_of(saved, step) if step > 0 else None
+    if before is None or before == layout:
+        return
+    latest = restored
+    was = (f"{before['input_pipelines']} input pipeline(s) (hosts) and "
+           f"{before['replicas']} replica(s)")
+    now = (f"{layout['input_pipelines']} and {layout['replicas']}")
+    if before["input_pipelines"] != layout["input_pipelines"]:
+        change = ("each host reads another share of the data, so until this epoch ends "
+                  "some examples are read again and others later than in an "
+                  "uninterrupted run")
+    else:
+        change = ("the examples continue in order, but their masks differ from an "
+                  "uninterrupted run's")
+    logging.warning("The run in %s trained %s with %s and goes on with %s: from there %s "
+                    "(resume with %s to continue it exactly)", workdir,
+                    os.path.basename(latest), was, now, change, was)
 
 
 def _flat(d: dict, prefix: str = "") -> dict:

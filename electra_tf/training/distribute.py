@@ -141,6 +141,18 @@ def worker_id(strategy) -> int:
     return 0
 
 
+def input_pipelines(strategy) -> int:
+    """The hosts that read input (`InputContext.num_input_pipelines`): a TPU's hosts,
+    a multi-worker cluster's workers (its chief included), else one."""
+    if is_tpu(strategy):
+        return strategy.extended.num_hosts
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and resolver:
+        spec = resolver.cluster_spec().as_dict()
+        return max(1, len(spec.get("chief", [])) + len(spec.get("worker", [])))
+    return 1
+
+
 def device_kind(strategy) -> str:
     """'tpu', 'gpu' or 'cpu': where the replicas run."""
     if is_tpu(strategy):

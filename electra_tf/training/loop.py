@@ -122,6 +122,11 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                                          workdir_lib.checkpoints(workdir))
         trainer.algorithm.check_restored(workdir)
         step = int(trainer.step.numpy())
+        # The hosts and replicas (another layout than the restored checkpoint's is said).
+        layout = {"input_pipelines": distribute.input_pipelines(strategy),
+                  "replicas": strategy.num_replicas_in_sync}
+        if restored:
+            checkpointing.warn_if_other_layout(workdir, layout, step, restored)
         if step == 0 and config.model.generator_init:
             generator_init.load(trainer.model, config, vocab)
         if generator_init.frozen_at_random(config):
@@ -138,7 +143,8 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         train_logs = workdir_lib.logs(workdir, workdir_lib.TRAIN_LOGS)
         if chief:
             workdir_lib.write_json(workdir, workdir_lib.CONFIG,
-                                   {**config.to_dict(), "data_order": order.VERSION})
+                                   {**config.to_dict(), "data_order": order.VERSION,
+                                    "layouts": checkpointing.layouts(workdir, step, layout)})
             workdir_lib.copy_vocab(workdir, config.data.vocab_file)
             train_writer = tf.summary.create_file_writer(train_logs)
             eval_writer = tf.summary.create_file_writer(

@@ -151,3 +151,71 @@ def test_a_resume_is_checked_against_the_runs_completed_config(tmp_path):
         with pytest.raises(errors.UserError, match=rf"^config.{key}={value!r}, but the run in "
                                                    r".*run was started with"):
             checkpointing.check_same_run(changed, workdir, vocab=None)
+
+
+def test_a_run_whose_newest_checkpoint_is_gone_is_still_a_trained_run(tmp_path):
+    """tf.train.latest_checkpoint says None where the newest checkpoint's files are gone,
+    but restore goes on to the one before it: the checks of a trained run still hold."""
+    from configs import electra as electra_configs  # pylint: disable=g-import-not-at-top
+    from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
+    config = loop.validate(electra_configs.get_config("tiny"))
+    run = str(tmp_path / "run")
+    workdir_lib.write_json(run, workdir_lib.CONFIG, config.to_dict())
+    _save(workdir_lib.checkpoints(run), [3, 5])
+    for name in os.listdir(workdir_lib.checkpoints(run)):
+        if name.startswith("ckpt-5."):
+            os.remove(os.path.join(workdir_lib.checkpoints(run), name))
+    assert workdir_lib.latest_checkpoint(run) is None
+    changed = loop.validate(config)
+    changed.train.batch_size = 3
+    with pytest.raises(errors.UserError, match=r"^config.train.batch_size=3, but the run"):
+        checkpointing.check_same_run(changed, run, vocab=None)
+
+
+def test_a_resume_on_other_hosts_or_replicas_is_said(tmp_path, caplog):
+    """The data stream continues exactly only on the layout that trained the checkpoint
+    restored: another host count changes what each host reads, another replica count
+    the masks. That layout is the one of the start that saved the checkpoint, not the
+    last start's (which may have crashed before saving), and not the newest
+    checkpoint's where an older one is restored (the newest damaged)."""
+    from configs import electra as electra_configs  # pylint: disable=g-import-not-at-top
+    from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+    from electra_tf.training import loop  # pylint: disable=g-import-not-at-top
+    config = loop.validate(electra_configs.get_config("tiny"))
+    one, two_hosts = {"input_pipelines": 1, "replicas": 2}, {"input_pipelines": 2,
+                                                             "replicas": 2}
+    four = {"input_pipelines": 1, "replicas": 4}
+    run = str(tmp_path / "run")
+
+    def start(step, layout):
+        """What the loop writes at a start at `step` on `layout`."""
+        history = checkpointing.layouts(run, step, layout)
+        workdir_lib.write_json(run, workdir_lib.CONFIG, {**config.to_dict(),
+                                                         "layouts": history})
+        return history
+
+    def said(layout, step):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            checkpointing.warn_if_other_layout(run, layout, step, f"{run}/ckpt-{step}")
+        return caplog.text
+    workdir_lib.write_json(run, workdir_lib.CONFIG, config.to_dict())  # an earlier version's
+    assert "trained" not in said(four, 5)  # it recorded no layout
+    assert start(5, one) == [[5, one]]
+    assert "trained" not in said(four, 5)  # ckpt-5 is older than every recorded start
+    assert start(0, one) == [[0, one]]  # (a fresh run's)
+    assert "trained" not in said(one, 5)
+    text = said(four, 5)
+    assert ("trained ckpt-5 with 1 input pipeline(s) (hosts) and 2 replica(s) and goes on "
+            "with 1 and 4" in text and "their masks differ" in text)
+    assert "some examples are read again" in said(two_hosts, 5)
+    # A start on two hosts that saves nothing before it stops: ckpt-5 is still one's.
+    assert start(5, two_hosts) == [[0, one], [5, two_hosts]]
+    assert "trained" not in said(one, 5)
+    assert start(5, one) == [[0, one]]
+    # Two hosts from 5 on: their ckpt-9 is theirs; ckpt-5, restored if ckpt-9 is
+    # damaged, is still one's.
+    start(5, two_hosts)
+    assert "trained ckpt-9 with 2 input pipeline(s)" in said(one, 9)
+    assert "trained" not in said(one, 5) and "trained ckpt-5 with 1" in said(two_hosts, 5)

@@ -324,7 +324,9 @@ def test_two_local_workers_train_and_the_chief_checkpoints(tmp_path):
     with open(os.path.join(checkpoints, "checkpoint"), encoding="utf-8") as f:
         assert 'model_checkpoint_path: "ckpt-4"' in f.read()
     assert not os.path.exists(os.path.join(workdir, "tmp"))  # the non-chief's saves
-    assert os.path.exists(os.path.join(workdir, "config.json"))
+    with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
+        saved = json.load(f)  # the layout a resume is compared with
+    assert saved["layouts"] == [[0, {"input_pipelines": 2, "replicas": 2}]]
     for log in logs:
         text = _tail(log, 200)
         assert "MultiWorkerMirroredStrategy" in text
@@ -670,3 +672,7 @@ def test_worker_0_leads_only_where_the_cluster_has_no_chief():
     assert not distribute.is_chief(strategy("worker", 1, workers))
     assert distribute.is_chief(strategy("chief", 0, with_chief))
     assert not distribute.is_chief(strategy("worker", 0, with_chief))
+    # Every worker, the chief too, reads input.
+    assert distribute.input_pipelines(strategy("worker", 1, workers)) == 2
+    assert distribute.input_pipelines(strategy("chief", 0, with_chief)) == 3
+    assert distribute.input_pipelines(tf.distribute.OneDeviceStrategy("/cpu:0")) == 1
