@@ -19,8 +19,9 @@ command) and a heartbeat the holder refreshes. It is made by an atomic "create i
 that refuses to overwrite, then read back: best effort, as object stores offer no
 exclusive create). A lock whose holder is gone is taken over, so that the same command
 resumes after `kill -9` or a preemption with no cleanup by hand: on the same host, when
-its process no longer runs; from another host, when its heartbeat is older than
-`stale_after_secs`.
+its process no longer runs, or when it ran there before the machine last booted (the
+same host name and machine id, no heartbeat since the boot, nor in two heartbeats of
+waiting); from another host, when its heartbeat is older than `stale_after_secs`.
 
 >>> import tempfile
 >>> run = tempfile.mkdtemp()
@@ -199,20 +200,40 @@ def _process_start(pid: int) -> str | None:
     return fields[19] if fields and len(fields) > 19 else None
 
 
+def _read_first_line(path: str) -> str:
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.readline().strip()
+    except (OSError, ValueError):
+        return ""
+
+
 def _pid_space() -> str:
     """This machine's boot and pid namespace: two processes can test each other's pids
     only where these match (containers may share a host name, not their pids)."""
-    parts = []
     try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-            parts.append(f.read().strip())
+        namespace = os.readlink("/proc/self/ns/pid")
     except OSError:
-        parts.append("")
+        namespace = ""
+    return f"{_read_first_line('/proc/sys/kernel/random/boot_id')} {namespace}"
+
+
+def _machine_id() -> str:
+    """The id systemd gives an installation (kept across boots); "" where there is none."""
+    return (_read_first_line("/etc/machine-id")
+            or _read_first_line("/var/lib/dbus/machine-id"))
+
+
+def _boot_time() -> float | None:
+    """When this machine booted (seconds since the epoch: /proc/stat's btime)."""
     try:
-        parts.append(os.readlink("/proc/self/ns/pid"))
-    except OSError:
-        parts.append("")
-    return " ".join(parts)
+        with open("/proc/stat", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _process_runs(pid: int, start: str | None) -> bool:
@@ -271,6 +292,7 @@ class Lock:
         now = time.time()
         return {"host": socket.gethostname(), "pid": os.getpid(),
                 "process_start": _process_start(os.getpid()), "pid_space": _pid_space(),
+                "machine_id": _machine_id(),
                 "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                 "heartbeat": now, "command": " ".join(sys.argv)[:500], "token": self.token}
 
@@ -291,6 +313,9 @@ class Lock:
                 and holder.get("pid_space", _pid_space()) == _pid_space()
                 and isinstance(holder.get("pid"), int)):
             return not _process_runs(holder["pid"], holder.get("process_start"))
+        rebooted = self._died_with_a_reboot(holder)
+        if rebooted is not None:
+            return rebooted
         beat = holder.get("heartbeat")
         if not isinstance(beat, (int, float)):  # a file being written, or damaged
             try:
@@ -298,6 +323,29 @@ class Lock:
             except tf.errors.OpError:
                 return False
         return time.time() - beat > self.stale_after_secs
+
+    def _died_with_a_reboot(self, holder: dict) -> bool | None:
+        """Whether `holder`, which ran on this machine (its host name and machine id) in
+        an earlier boot and has not beaten since this boot began, died with the machine
+        (a preemptible VM restarted resumes after two heartbeats, not after
+        `stale_after_secs`); None where that is not the case. A live holder elsewhere (a
+        clone of the same name and id, whose clock may differ from ours) beats every
+        `heartbeat_secs`: wait two of them and read the lock again, whatever the clocks
+        say; a new heartbeat or holder means it runs."""
+        machine, boot, beat = _machine_id(), _boot_time(), holder.get("heartbeat")
+        if not (machine and boot and holder.get("host") == socket.gethostname()
+                and holder.get("machine_id") == machine
+                and str(holder.get("pid_space", "")).split(" ")[0] != _pid_space().split(" ")[0]
+                and isinstance(beat, (int, float)) and beat < boot):
+            return None
+        wait = 2 * self.heartbeat_secs
+        logging.warning("%s was held by a run on this machine before it booted (%s): "
+                        "waiting %.0fs for a heartbeat, to be sure it is gone", self.path,
+                        _describe(holder), wait)
+        time.sleep(wait)
+        again = self._read()
+        return again is None or (again.get("token") == holder.get("token")
+                                 and again.get("heartbeat") == beat)
 
     # ------------------------------------------------------------------ taking it
     def _create(self, holder: dict) -> bool:
@@ -351,8 +399,10 @@ class Lock:
                 moved = json.load(f)
         except (ValueError, tf.errors.OpError):
             moved = {}
-        if stale and moved.get("token") != stale.get("token"):
-            # A new lock was made between our read and the rename: put it back.
+        if stale and (moved.get("token"), moved.get("heartbeat")) != (
+                stale.get("token"), stale.get("heartbeat")):
+            # A new lock was made, or its holder beat, between our read and the rename:
+            # put it back.
             tf.io.gfile.rename(moved_aside, self.path, overwrite=False)
             return
         tf.io.gfile.remove(moved_aside)
@@ -396,6 +446,10 @@ class Lock:
         while not self._stop.wait(self.heartbeat_secs):
             try:
                 holder = self._read()
+                if holder == {}:  # unreadable now (a storage hiccup): try next time
+                    logging.warning("Cannot read %s to refresh it; trying again in %.0fs",
+                                    self.path, self.heartbeat_secs)
+                    continue
                 if not holder or holder.get("token") != self.token:
                     logging.error("%s is no longer this run's (%s): another run may write "
                                   "into %s", self.path, _describe(holder or {}), self.workdir)

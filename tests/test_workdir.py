@@ -192,6 +192,15 @@ def test_two_runs_taking_over_one_stale_lock_do_not_both_hold_it(tmp_path):
             second.acquire()
 
 
+def test_a_holder_that_beats_while_it_is_taken_over_keeps_its_lock(tmp_path):
+    run = str(tmp_path / "run")
+    _write_holder(run, heartbeat=1000.0)
+    stale = json.loads((tmp_path / "run" / "lock.json").read_text())
+    _write_holder(run, heartbeat=2000.0)  # the same holder, alive: it beat since
+    workdir_lib.Lock(run)._take_over(stale)  # pylint: disable=protected-access
+    assert json.loads((tmp_path / "run" / "lock.json").read_text())["heartbeat"] == 2000.0
+
+
 def test_without_hard_links_the_lock_is_an_exclusive_create(tmp_path, monkeypatch):
     def no_links(*_):
         raise OSError(errno.EPERM, "Operation not permitted")
@@ -212,6 +221,60 @@ def test_a_holder_in_another_pid_namespace_is_judged_by_its_heartbeat(tmp_path):
     _write_holder(run, pid=_gone_pid(), pid_space="another-boot another-namespace",
                   heartbeat=time.time() - 3600)
     workdir_lib.Lock(run).acquire().release()
+
+
+def test_a_holder_from_before_this_machines_boot_is_gone(tmp_path, monkeypatch):
+    """A preemptible VM restarted: its lock names this host and machine id, another boot,
+    and a heartbeat from before the boot. Taken over after two heartbeats of waiting,
+    not 10 minutes; a clone (another machine id) is not, nor a holder that beats while
+    we wait (a live clone of the same id whose clock is behind ours)."""
+    if not workdir_lib._machine_id():  # pylint: disable=protected-access
+        pytest.skip("no machine id here")
+    run = str(tmp_path / "run")
+    machine = workdir_lib._machine_id()  # pylint: disable=protected-access
+    boot = time.time() - 300
+    monkeypatch.setattr(workdir_lib, "_boot_time", lambda: boot)
+    before_boot = {"pid": _gone_pid(), "pid_space": "an-earlier-boot ns", "heartbeat": boot - 60}
+    waits = []
+    def sleep_and_maybe_beat(seconds, beat):
+        waits.append(seconds)
+        if beat:
+            _write_holder(run, **{**before_boot, "heartbeat": time.time()}, machine_id=machine)
+    for fields in ({"machine_id": "a-clone"}, {}):
+        _write_holder(run, **before_boot, **fields)
+        with pytest.raises(errors.UserError, match="in use by another run"):
+            workdir_lib.Lock(run).acquire()
+    assert not waits  # not this machine's: the 10-minute rule, no wait
+    for beat in (False, True):
+        _write_holder(run, **before_boot, machine_id=machine)
+        monkeypatch.setattr(workdir_lib.time, "sleep",
+                            lambda s, b=beat: sleep_and_maybe_beat(s, b))
+        lock = workdir_lib.Lock(run, heartbeat_secs=30)
+        if beat:
+            with pytest.raises(errors.UserError, match="in use by another run"):
+                lock.acquire()
+        else:
+            lock.acquire().release()
+    assert waits == [60, 60]
+
+
+def test_a_heartbeat_survives_a_failed_read(tmp_path, monkeypatch):
+    """A read of the lock that fails once (a storage hiccup) must not stop the heartbeat:
+    after 10 minutes without one, another host would take the live run's workdir."""
+    run = str(tmp_path / "run")
+    lock = workdir_lib.Lock(run, heartbeat_secs=0.05).acquire()
+    try:
+        real_read, failures = workdir_lib.Lock._read, [1]  # pylint: disable=protected-access
+        def flaky(self):
+            return {} if failures and failures.pop() else real_read(self)
+        monkeypatch.setattr(workdir_lib.Lock, "_read", flaky)
+        first = real_read(lock)["heartbeat"]
+        deadline = time.time() + 5
+        while real_read(lock)["heartbeat"] == first and time.time() < deadline:
+            time.sleep(0.05)
+        assert not failures and real_read(lock)["heartbeat"] > first
+    finally:
+        lock.release()
 
 
 def test_the_binary_refuses_a_held_workdir_and_writes_nothing(tmp_path):
