@@ -87,9 +87,10 @@ def write_corpus(directory, num_documents=40, sentences_per_document=8, seed=0,
     return path
 
 
-def write_tfds_dataset(data_dir, name, texts) -> str:
+def write_tfds_dataset(data_dir, name, texts, num_shards=None) -> str:
     """A prepared TFDS dataset `name` in `data_dir` whose train split's examples have
-    one feature, `text` (the given bytes); returns `data_dir`."""
+    one feature, `text` (the given bytes), in `num_shards` shards (None: TFDS's
+    choice); returns `data_dir`."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
@@ -98,7 +99,8 @@ def write_tfds_dataset(data_dir, name, texts) -> str:
         split_datasets={"train": tf.data.Dataset.from_tensor_slices({"text": texts})},
         features=tfds.features.FeaturesDict({"text": tfds.features.Text()}),
         data_dir=data_dir)
-    builder.download_and_prepare()
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(num_shards=num_shards))
     return data_dir
 
 

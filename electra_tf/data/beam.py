@@ -226,19 +226,27 @@ def _sum_counts(counts) -> dict:
 
 
 def _merge_stats(parts) -> dict:
-    """CorpusStats dicts of ranges → one, as one pass over the files in order finds."""
+    """CorpusStats dicts of ranges (or TFDS examples) → one, as one pass over the input
+    in order finds. Each `first_*` place is the one of lowest `order`, and the result
+    keeps those orders (`first_at`), so that merging merged parts, as a Beam combiner
+    does in any grouping, finds the same."""
     parts = sorted(parts, key=lambda p: p.get("order", []))
     total = corpus.CorpusStats().as_dict()
+    first_at = {}
     for part in parts:
         for key, value in part.items():
-            if key == "order":
+            if key in ("order", "first_at"):
                 continue
             if isinstance(value, list):
                 total[key] = total[key] + value
             elif isinstance(value, str):
-                total[key] = total[key] or value
+                at = part.get("first_at", {}).get(key, part.get("order", []))
+                if value and (key not in first_at or at < first_at[key]):
+                    total[key], first_at[key] = value, at
             else:
                 total[key] += value
+    total["first_at"] = first_at
+    total["order"] = parts[0].get("order", []) if parts else []  # the lowest, merged again
     return total
 
 
@@ -278,7 +286,9 @@ def write_pretraining_data(
             summary = json.load(f)
         # What the driver knows of the source (TFDS: the split's size) and the workers'.
         parts = summary["stats"] if isinstance(summary["stats"], list) else [summary["stats"]]
-        for key, value in _merge_stats([source.stats.as_dict()] + parts).items():
+        merged = _merge_stats([source.stats.as_dict()] + parts)
+        del merged["first_at"], merged["order"]
+        for key, value in merged.items():
             setattr(source.stats, key, value)
         if not summary["shards"]:
             raise writer.EmptyOutputError(
@@ -335,16 +345,23 @@ def _tfds_documents(pipeline, source):
     name, _, split = source.source["tfds"].partition(":")
     builder = tfds.builder(name, data_dir=source.source["tfds_data_dir"])
     text_key, label = source.source["text_key"], source.source["tfds"]
+    split = split or "train"
+    numbers = corpus.TfdsExampleNumbers(builder, split)
 
     def document(example):
         stats = corpus.CorpusStats()
-        raw = example[text_key]
-        raw = raw.numpy() if hasattr(raw, "numpy") else raw  # a tensor, or bytes
-        lines = list(corpus.tfds_document_lines(raw, label, "?", stats))
-        return lines, stats.as_dict()
+        raw, tfds_id = (value.numpy() if hasattr(value, "numpy") else value  # a tensor, or
+                        for value in (example[text_key], example[corpus.TFDS_ID]))  # bytes
+        n = numbers(tfds_id)
+        lines = list(corpus.tfds_document_lines(raw, label, n, stats))
+        # The in-process reader's order (corpus.tfds_read_config): by number; an id of
+        # another form after them, by the id.
+        return lines, {**stats.as_dict(),
+                       "order": [n] if isinstance(n, int) else [2**63, n]}
 
     documents = (pipeline
-                 | "ReadFromTFDS" >> tfds.beam.ReadFromTFDS(builder, split=split or "train")
+                 | "ReadFromTFDS" >> tfds.beam.ReadFromTFDS(
+                     builder, split=split, read_config=corpus.tfds_read_config())
                  | "Documents" >> beam.Map(document))
     lines = (documents
              | "Lines" >> beam.Map(lambda d: d[0])

@@ -385,17 +385,17 @@ def tfds_lines(name: str, data_dir: str | None, text_key: str,
     dataset_name, _, split = name.partition(":")
     try:
         builder = tfds.builder(dataset_name, data_dir=data_dir)
-        dataset = builder.as_dataset(split=split or "train")
+        dataset = builder.as_dataset(split=split or "train", read_config=tfds_read_config())
     except Exception as e:  # TFDS raises many types for "not there"
         raise CorpusError(f"--tfds={name}: cannot load it from "
                           f"--tfds_data_dir={data_dir}: "
                           f"{(str(e).splitlines() or [type(e).__name__])[0]}") from e
     spec = dataset.element_spec
-    if text_key not in spec:
+    if text_key not in spec or text_key == TFDS_ID:
         raise CorpusError(f"--tfds={name}: no feature {text_key!r} (--tfds_text_key); "
-                          f"it has {sorted(spec)}")
+                          f"it has {sorted(k for k in spec if k != TFDS_ID)}")
     texts = [k for k, s in sorted(spec.items()) if isinstance(s, tf.TensorSpec)
-             and s.dtype == tf.string and s.shape.rank == 0]
+             and s.dtype == tf.string and s.shape.rank == 0 and k != TFDS_ID]
     if text_key not in texts:  # a label, an image, a sequence: no document's text
         feature = spec[text_key]
         kind = type(feature).__name__
@@ -409,12 +409,59 @@ def tfds_lines(name: str, data_dir: str | None, text_key: str,
         stats.total_documents = int(builder.info.splits[split or "train"].num_examples)
     except (KeyError, TypeError, ValueError):
         pass
-    return _tfds_example_lines(dataset, name, text_key, stats)
+    return _tfds_example_lines(dataset, name, text_key, stats,
+                               TfdsExampleNumbers(builder, split or "train"))
 
 
-def _tfds_example_lines(dataset, name, text_key, stats):
-    for n, example in enumerate(dataset.as_numpy_iterator(), start=1):
-        yield from tfds_document_lines(example[text_key], name, n, stats)
+def _tfds_example_lines(dataset, name, text_key, stats, numbers):
+    for example in dataset.as_numpy_iterator():
+        yield from tfds_document_lines(example[text_key], name, numbers(example[TFDS_ID]),
+                                       stats)
+
+
+# TFDS's id of each example, which both readers (in process, Beam) ask for.
+TFDS_ID = "tfds_id"
+
+
+def tfds_read_config():
+    """How both readers read a TFDS split: with each example's id (`TFDS_ID`), and its
+    shards one after another, so that the examples come in the order
+    `TfdsExampleNumbers` numbers them (messages name the same example, and the same
+    first one, in process and on Beam)."""
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    return tfds.ReadConfig(add_tfds_id=True, interleave_cycle_length=1)
+
+
+class TfdsExampleNumbers:
+    """Example n of the split read (1-based, its shards one after another; a sliced
+    split's examples numbered in the whole split; in `split` "a+b", b's after all of
+    a's) from TFDS's id of it, "<name>-<split>.<format>-<shard>-of-<shards>__<index in
+    the shard>"; an id of another form is named as it is."""
+
+    def __init__(self, builder, split: str = "train"):
+        self._builder = builder
+        names = [part.split("[")[0].strip() for part in split.split("+")]
+        self._order = list(dict.fromkeys(names))  # the splits read, in order
+        self._starts = {}  # shard file name → the number of examples before it
+
+    def _start(self, filename: str) -> int:
+        import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+        if filename not in self._starts:
+            info = tfds.core.naming.FilenameInfo.from_str(filename)
+            splits = self._builder.info.splits
+            before = sum(splits[name].num_examples
+                         for name in self._order[:self._order.index(info.split)])
+            self._starts[filename] = before + sum(
+                splits[info.split].shard_lengths[:info.shard_index])
+        return self._starts[filename]
+
+    def __call__(self, tfds_id: bytes) -> int | str:
+        text = tfds_id.decode("utf-8", "replace")
+        filename, _, index = text.rpartition("__")
+        try:
+            return self._start(filename) + int(index) + 1
+        except (ValueError, KeyError, IndexError, TypeError):
+            return text
 
 
 def tfds_document_lines(raw: bytes, name: str, n, stats: CorpusStats) -> Iterator[str]:

@@ -28,7 +28,7 @@ IN_MEMORY = "runner=DirectRunner,direct_num_workers=1"
 SAME = ("num_examples", "num_documents", "num_sentences", "num_tokens", "truncated_tokens",
         "truncated_examples", "max_seq_length", "seed", "vocab", "tokenizer", "source")
 SAME_INPUT = ("files", "bytes", "lines", "invalid_utf8_lines", "truncated_lines",
-              "empty_files")
+              "empty_files", "letterless_sentences")
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,11 @@ def test_in_memory_runner_and_another_split_write_the_same(tmp_path, corpus_file
 def test_tfds_source(tmp_path):
     texts = [f"Sentence {i} is here. And another one, {i}!\nA paragraph.".encode()
              for i in range(50)]
-    data_dir = helpers.write_tfds_dataset(str(tmp_path / "tfds"), "beam_text_corpus", texts)
+    # Skipped input is named by its example, as the in-process reader numbers them.
+    texts[11], texts[30] = b"Not \xff UTF-8.", b"A sentence. 1234. Another."
+    texts[40] = b"\xfe no."
+    data_dir = helpers.write_tfds_dataset(str(tmp_path / "tfds"), "beam_text_corpus", texts,
+                                          num_shards=3)
     vocab = helpers.write_vocab(str(tmp_path), words=helpers.WORDS + ["sentence", "is",
                                                                         "here", "another"])
     for name, options in (("in_process", None), ("beam", IN_MEMORY)):
@@ -121,8 +125,30 @@ def test_tfds_source(tmp_path):
                                         beam.pipeline_options(options), **kwargs)
         else:
             writer.write_pretraining_data(source, vocab, str(tmp_path / name), **kwargs)
-    _, on_beam = assert_same_data(tmp_path / "in_process", tmp_path / "beam")
-    assert on_beam["num_documents"] == 50 and on_beam["input"]["documents"] == 50
+    in_process, on_beam = assert_same_data(tmp_path / "in_process", tmp_path / "beam")
+    assert on_beam["num_documents"] == 48 and on_beam["input"]["documents"] == 50
+    # Example n is the n-th of the split's shards read one after another (TFDS shuffles
+    # on writing), on both paths, and so is the first one skipped.
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    builder = tfds.builder("beam_text_corpus", data_dir=data_dir)
+    assert len(builder.info.splits["train"].shard_lengths) == 3
+    read = [x["text"] for x in tfds.as_numpy(builder.as_dataset(
+        split="train", read_config=tfds.ReadConfig(interleave_cycle_length=1)))]
+    first_bad = 1 + min(read.index(texts[11]), read.index(texts[40]))
+    for key, n in (("first_invalid_utf8", first_bad),
+                   ("first_letterless", 1 + read.index(texts[30]))):
+        assert on_beam["input"][key] == in_process["input"][key] == \
+            f"beam_text_corpus:train:example {n}"
+
+
+def test_merged_stats_name_the_first_place_in_any_grouping():
+    """A Beam combiner merges partial merges: the first place is still the lowest."""
+    def part(order, place):
+        return {"order": [order], "invalid_utf8_lines": 1, "first_invalid_utf8": place}
+    late, early, clean = part(9, "late"), part(2, "early"), {"order": [1], "lines": 3}
+    for grouping in ([[late, clean], [early]], [[early], [clean, late]], [[late, early, clean]]):
+        merged = beam._merge_stats([beam._merge_stats(group) for group in grouping])  # pylint: disable=protected-access
+        assert merged["first_invalid_utf8"] == "early" and merged["invalid_utf8_lines"] == 2
 
 
 def test_a_bad_file_is_named_and_nothing_is_written(tmp_path):

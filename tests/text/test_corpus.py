@@ -597,3 +597,21 @@ def test_a_corpus_on_a_url_file_system_reads_as_a_local_one(tmp_path):
     assert corpus.write_corpus(["x", "", "y", ""], f"{url}/out/c.txt") == 2
     assert tf.io.gfile.listdir(f"{url}/out") == ["c.txt"]
     tf.io.gfile.rmtree(url)
+
+
+def test_tfds_examples_are_numbered_in_the_splits_read_from_their_ids():
+    """Both readers (in process, Beam) number an example from TFDS's id of it: shards one
+    after another, a later split of "a+b" after all of a's, a sliced split in the whole
+    split; an id of another form as it is."""
+    import types  # pylint: disable=g-import-not-at-top
+    split = lambda n, shards: types.SimpleNamespace(num_examples=n, shard_lengths=shards)
+    builder = types.SimpleNamespace(info=types.SimpleNamespace(splits={
+        "train": split(10, [4, 6]), "test": split(5, [5])}))
+    train_1 = b"wiki-train.tfrecord-00001-of-00002__2"
+    test_0 = b"wiki-test.tfrecord-00000-of-00001__0"
+    assert corpus.TfdsExampleNumbers(builder, "train")(train_1) == 4 + 2 + 1
+    assert corpus.TfdsExampleNumbers(builder, "train[5:]")(train_1) == 7
+    both = corpus.TfdsExampleNumbers(builder, "train+test[:2]")
+    assert (both(test_0), both(train_1)) == (11, 7)
+    assert corpus.TfdsExampleNumbers(builder, "test")(test_0) == 1
+    assert corpus.TfdsExampleNumbers(builder, "train")(b"not-an-id") == "not-an-id"
