@@ -44,7 +44,8 @@ def get_config(arg: str = "mrpc") -> ml_collections.ConfigDict:
     config.task = task_name               # from TASK above: the defaults below are its own
     config.init_checkpoint = ""   # the pre-training run's workdir (or RUN/checkpoints/ckpt-N)
     # The best model's predictions on the test split(s), in GLUE's submission format:
-    # WORKDIR/test_predictions/<CoLA.tsv, MNLI-m.tsv, ...> (GLUE only: SQuAD's are hidden).
+    # WORKDIR/test_predictions/<CoLA.tsv, MNLI-m.tsv, AX.tsv, ...> (GLUE only: SQuAD's are
+    # hidden).
     config.predict_test = False
 
     config.data = ml_collections.ConfigDict()

@@ -7,8 +7,9 @@
 * TFDS `glue/<task>`, already prepared in a local data dir (nothing is downloaded).
 
 Labels are class indices in the order of `TaskSpec.label_names`, or the 0..5 similarity
-score for stsb (`label_index`). Test splits (`load_test`) have no labels, but each row's
-GLUE index, for the leaderboard's submission files (`submission_rows`).
+score for stsb (`label_index`). Test splits (`load_test`, `load_tests`) have no labels,
+but each row's GLUE index, for the leaderboard's submission files (`submission_rows`);
+MNLI's include GLUE's diagnostic set (AX.tsv), predicted when it is there.
 
 Bad input is reported, never guessed around: a row with missing columns, a label
 outside the task's label set, or an empty sentence raises `GlueDataError` naming
@@ -29,6 +30,7 @@ import os
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from electra_tf import errors
 from electra_tf.finetuning import tfds as tfds_lib
@@ -138,26 +140,42 @@ _LAYOUTS = {
     "rte": _Layout((1, 2), 3, {1: "sentence1", 2: "sentence2", 3: "label"}),
 }
 
-# The unlabelled test files: split → (its file, the file GLUE's leaderboard wants its
-# predictions in); then the id column and the text columns, by header name (GLUE's test
-# files all have one; MNLI's has more columns than its dev files).
+
+@dataclasses.dataclass(frozen=True)
+class _Test:
+    """One unlabelled test split: its file, and the file its predictions go to."""
+
+    file: str                # in the task's folder of GLUE's download
+    submission: str          # the file GLUE's leaderboard wants its predictions in
+    folder: str = ""         # else in this folder of GLUE's download, beside the task's
+    tfds: str = ""           # "<dataset>:<split>" in TFDS; "": the same split of glue/<task>
+    optional: bool = False   # absent: no predictions and a warning (`load_tests`)
+
+
+# The test splits of each task; then the id and the text columns, by header name (GLUE's
+# test files all have one; MNLI's has more columns than its dev files). GLUE's diagnostic
+# set is predicted by the MNLI model (AX.tsv of a submission): a test split of MNLI's in
+# its own folder, glue_data/diagnostic, and TFDS dataset, glue/ax, with MNLI's columns.
 _TESTS = {
-    "cola": ({"test": ("test.tsv", "CoLA.tsv")}, ("index", "sentence")),
-    "sst2": ({"test": ("test.tsv", "SST-2.tsv")}, ("index", "sentence")),
-    "mrpc": ({"test": ("test.tsv", "MRPC.tsv")}, ("index", "#1 String", "#2 String")),
-    "stsb": ({"test": ("test.tsv", "STS-B.tsv")}, ("index", "sentence1", "sentence2")),
-    "qqp": ({"test": ("test.tsv", "QQP.tsv")}, ("id", "question1", "question2")),
-    "mnli": ({"test_matched": ("test_matched.tsv", "MNLI-m.tsv"),
-              "test_mismatched": ("test_mismatched.tsv", "MNLI-mm.tsv")},
+    "cola": ({"test": _Test("test.tsv", "CoLA.tsv")}, ("index", "sentence")),
+    "sst2": ({"test": _Test("test.tsv", "SST-2.tsv")}, ("index", "sentence")),
+    "mrpc": ({"test": _Test("test.tsv", "MRPC.tsv")}, ("index", "#1 String", "#2 String")),
+    "stsb": ({"test": _Test("test.tsv", "STS-B.tsv")}, ("index", "sentence1", "sentence2")),
+    "qqp": ({"test": _Test("test.tsv", "QQP.tsv")}, ("id", "question1", "question2")),
+    "mnli": ({"test_matched": _Test("test_matched.tsv", "MNLI-m.tsv"),
+              "test_mismatched": _Test("test_mismatched.tsv", "MNLI-mm.tsv"),
+              "diagnostic": _Test("diagnostic.tsv", "AX.tsv", folder="diagnostic",
+                                  tfds="glue/ax:test", optional=True)},
              ("index", "sentence1", "sentence2")),
-    "qnli": ({"test": ("test.tsv", "QNLI.tsv")}, ("index", "question", "sentence")),
-    "rte": ({"test": ("test.tsv", "RTE.tsv")}, ("index", "sentence1", "sentence2")),
+    "qnli": ({"test": _Test("test.tsv", "QNLI.tsv")}, ("index", "question", "sentence")),
+    "rte": ({"test": _Test("test.tsv", "RTE.tsv")}, ("index", "sentence1", "sentence2")),
 }
 
 
 def test_splits(task: str) -> dict[str, str]:
     """{test split: the leaderboard's file name for its predictions} of `task`."""
-    return {split: names[1] for split, names in _TESTS[specs.get_task(task).name][0].items()}
+    return {split: test.submission
+            for split, test in _TESTS[specs.get_task(task).name][0].items()}
 
 
 _SPLIT_FILES = {"train": "train.tsv", "validation": "dev.tsv",
@@ -263,35 +281,51 @@ def find_file(task: str, split: str, data_dir: str) -> str:
     return _find(spec, split_file(task, split), data_dir)
 
 
-def _find(spec: specs.TaskSpec, name: str, data_dir: str) -> str:
-    candidates = [os.path.join(data_dir, name)] + [
-        os.path.join(data_dir, folder, name) for folder in spec.data_folders]
+class _Missing(specs.GlueDataError):
+    """Data that is not there: a file, or a TFDS dataset not prepared (for an optional
+    test split, no error: `load_tests`)."""
+
+
+def _find(spec: specs.TaskSpec, name: str, data_dir: str, folder: str = "") -> str:
+    """`name` in `data_dir` or in the task's folder in it; with `folder`, in that folder of
+    GLUE's download instead, `data_dir` being the download or a task's folder in it."""
+    if folder:  # glue_data/diagnostic: in data_dir, or beside it
+        folders = [os.path.join(data_dir, folder), os.path.join(_parent(data_dir), folder)]
+    else:
+        folders = [os.path.join(data_dir, f) for f in spec.data_folders]
+    candidates = [os.path.join(data_dir, name)] + [os.path.join(f, name) for f in folders]
     for path in candidates:
         if tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
             return path
     if not tf.io.gfile.isdir(data_dir):
-        raise specs.GlueDataError(f"GLUE data dir {data_dir} does not exist")
-    raise specs.GlueDataError(f"no {name} for {spec.name} in {data_dir} (looked for "
-                              f"{', '.join(os.path.relpath(p, data_dir) for p in candidates)})")
+        raise _Missing(f"GLUE data dir {data_dir} does not exist")
+    raise _Missing(f"no {name} for {spec.name} in {data_dir} (looked for "
+                   f"{', '.join(os.path.relpath(p, data_dir) for p in candidates)})")
+
+
+def _parent(path: str) -> str:
+    """The folder that holds the folder `path` (a local path or a URL such as gs://)."""
+    if "://" in path:
+        return os.path.dirname(path.rstrip("/"))
+    return os.path.dirname(os.path.abspath(path))
 
 
 # ---------------------------------------------------------------------------- TFDS
 
 
-def _tfds_builder(spec: specs.TaskSpec, split: str, data_dir: str | None):
-    """(builder, "glue/<task>:<split>") of a split prepared in `data_dir`; never downloads."""
-    builder = tfds_lib.prepared_builder(spec.tfds_name, data_dir, specs.GlueDataError,
-                                        "GLUE's TSV files")
-    source = f"{spec.tfds_name}:{split}"
+def _tfds_builder(dataset: str, split: str, data_dir: str | None):
+    """(builder, "<dataset>:<split>") of a split prepared in `data_dir`; never downloads."""
+    builder = tfds_lib.prepared_builder(dataset, data_dir, _Missing, "GLUE's TSV files")
+    source = f"{dataset}:{split}"
     if split not in builder.info.splits:
-        raise specs.GlueDataError(f"{source}: no such split in {tfds_lib.where(data_dir)}; "
-                                  f"it has {', '.join(sorted(builder.info.splits))}")
+        raise _Missing(f"{source}: no such split in {tfds_lib.where(data_dir)}; "
+                       f"it has {', '.join(sorted(builder.info.splits))}")
     return builder, source
 
 
 def _read_tfds(spec: specs.TaskSpec, split: str, data_dir: str | None, on_bad: str) -> Examples:
     """A split of `glue/<task>` prepared in `data_dir`, read without downloading."""
-    builder, source = _tfds_builder(spec, split, data_dir)
+    builder, source = _tfds_builder(spec.tfds_name, split, data_dir)
     to_index = _tfds_label_map(spec, builder)
     collector = _Collector(spec, source, on_bad)
     dataset = builder.as_dataset(split=split, shuffle_files=False)
@@ -370,8 +404,9 @@ def read_test_tsv(task: str, path: str) -> Examples:
                     source=path, ids=[i.strip() for i in columns[0]])
 
 
-def _read_tfds_test(spec: specs.TaskSpec, split: str, data_dir: str | None) -> Examples:
-    builder, source = _tfds_builder(spec, split, data_dir)
+def _read_tfds_test(spec: specs.TaskSpec, dataset: str, split: str,
+                    data_dir: str | None) -> Examples:
+    builder, source = _tfds_builder(dataset, split, data_dir)
     ids: list[str] = []
     columns: list[list[str]] = [[] for _ in spec.text_columns]
     for batch in builder.as_dataset(split=split, shuffle_files=False).batch(4096) \
@@ -393,15 +428,36 @@ def _read_tfds_test(spec: specs.TaskSpec, split: str, data_dir: str | None) -> E
 def load_test(task: str, split: str, data_dir: str | None = None,
               tfds_data_dir: str | None = None) -> Examples:
     """The unlabelled examples of a test split (`test_splits(task)`), with their ids, from
-    GLUE's TSVs in `data_dir` or TFDS `glue/<task>` prepared in `tfds_data_dir`."""
+    GLUE's TSVs in `data_dir` or TFDS (`glue/<task>`, MNLI's diagnostic set `glue/ax`)
+    prepared in `tfds_data_dir`."""
     spec = specs.get_task(task)
-    files = _TESTS[spec.name][0]
-    if split not in files:
+    tests = _TESTS[spec.name][0]
+    if split not in tests:
         raise specs.GlueDataError(f"{spec.name} has no test split {split!r}; choose one of "
-                                  f"{', '.join(files)}")
+                                  f"{', '.join(tests)}")
+    test = tests[split]
     if not data_dir:
-        return _read_tfds_test(spec, split, tfds_data_dir)
-    return read_test_tsv(spec.name, _find(spec, files[split][0], data_dir))
+        dataset, _, tfds_split = (test.tfds or f"{spec.tfds_name}:{split}").partition(":")
+        return _read_tfds_test(spec, dataset, tfds_split, tfds_data_dir)
+    return read_test_tsv(spec.name, _find(spec, test.file, data_dir, test.folder))
+
+
+def load_tests(task: str, data_dir: str | None = None,
+               tfds_data_dir: str | None = None) -> dict[str, Examples]:
+    """{split: examples} of every test split of `task` (`load_test`). An optional split
+    that is not there (MNLI's diagnostic set) is left out with a one-line warning saying
+    where it was looked for; once there, its bad rows are errors as in any test file."""
+    spec = specs.get_task(task)
+    tests = {}
+    for split, test in _TESTS[spec.name][0].items():
+        try:
+            tests[split] = load_test(spec.name, split, data_dir, tfds_data_dir)
+        except _Missing as e:
+            if not test.optional:
+                raise
+            logging.warning("%s: no %s written (%s test split): %s", spec.name,
+                            test.submission, split, e)
+    return tests
 
 
 def submission_rows(task: str, ids: list[str], predictions: np.ndarray) -> list[str]:

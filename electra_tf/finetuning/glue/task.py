@@ -48,10 +48,7 @@ class GlueTask(task_lib.Task):
         train = glue_data.load(self.name, "train", on_bad=data.on_bad, **load)
         evals = {split: glue_data.load(self.name, split, on_bad=data.on_bad, **load)
                  for split in self.eval_splits}
-        tests = ({split: glue_data.load_test(self.name, split, load["data_dir"],
-                                             load["tfds_data_dir"])
-                  for split in glue_data.test_splits(self.name)}
-                 if self.config.predict_test else {})
+        tests = glue_data.load_tests(self.name, **load) if self.config.predict_test else {}
         if self.spec.double_unordered:  # the original also trains on (text_b, text_a)
             train = glue_data.Examples(train.text_a + train.text_b, train.text_b + train.text_a,
                                        np.concatenate([train.labels, train.labels]),
@@ -104,8 +101,8 @@ class GlueTask(task_lib.Task):
             self.name, self._predictions(outputs), rows.columns["label"]))
 
     def predict_test(self, split, rows, outputs) -> task_lib.Evaluation:
-        """GLUE's submission format: test_predictions/<CoLA.tsv, MNLI-m.tsv, ...>; no
-        metrics (GLUE's test labels are hidden)."""
+        """GLUE's submission format: test_predictions/<CoLA.tsv, MNLI-m.tsv, AX.tsv, ...>;
+        no metrics (GLUE's test labels are hidden)."""
         lines = glue_data.submission_rows(self.name, rows.payload.ids, self._predictions(outputs))
         return task_lib.Evaluation({}, {
             f"test_predictions/{glue_data.test_splits(self.name)[split]}":

@@ -3,6 +3,7 @@ bad input, TFDS."""
 
 import dataclasses
 import os
+import shutil
 from unittest import mock
 
 import numpy as np
@@ -324,6 +325,12 @@ def test_load_names_where_it_looked(tmp_path):
         glue_data.load("sst2", "train", data_dir=str(tmp_path / "missing"))
 
 
+# GLUE's diagnostic set (glue_data/diagnostic/diagnostic.tsv): its real header, our rows.
+_DIAGNOSTIC = [["index", "sentence1", "sentence2"],
+               ["0", "The cat sat .", "A cat sat ."],
+               ["1", "No dog ran .", "A dog ran ."]]
+
+
 # ---------------------------------------------------------------------------- TFDS
 
 
@@ -352,10 +359,13 @@ def tfds_dir(tmp_path_factory):
         _write(source / "MNLI" / name, [["index", "promptID", "pairID", "genre",
                                         "sentence1", "sentence2"],
                                        ["0", "1", "1n", "fiction", "A .", "B ."]])
+    diagnostic = _write(source / "diagnostic.tsv", _DIAGNOSTIC)
     data_dir = str(tmp_path_factory.mktemp("tfds"))
     with mock.patch.object(tfds.download.DownloadManager, "download_and_extract",
-                           return_value=str(source)):
-        for name in ("glue/cola", "glue/mnli"):
+                           return_value=str(source)), \
+            mock.patch.object(tfds.download.DownloadManager, "download",
+                              return_value=diagnostic):  # glue/ax: one TSV
+        for name in ("glue/cola", "glue/mnli", "glue/ax"):
             tfds.builder(name, data_dir=data_dir).download_and_prepare()
     return data_dir
 
@@ -432,7 +442,8 @@ def test_test_files_read_by_header_with_their_ids(tmp_path):
     qqp = _write(tmp_path / "test.tsv", [["id", "question1", "question2"], ["7", "a ?", "b ?"]])
     assert glue_data.read_test_tsv("qqp", qqp).ids == ["7"]
     assert glue_data.test_splits("mnli") == {"test_matched": "MNLI-m.tsv",
-                                             "test_mismatched": "MNLI-mm.tsv"}
+                                             "test_mismatched": "MNLI-mm.tsv",
+                                             "diagnostic": "AX.tsv"}
     assert {glue_data.test_splits(t)["test"] for t in specs.TASKS if t != "mnli"} == {
         "CoLA.tsv", "SST-2.tsv", "MRPC.tsv", "STS-B.tsv", "QQP.tsv", "QNLI.tsv", "RTE.tsv"}
 
@@ -449,7 +460,7 @@ def test_bad_test_files_are_one_line_errors(tmp_path):
         glue_data.read_test_tsv("rte", _write(tmp_path / "e.tsv", [["index", "sentence1",
                                                                      "sentence2"]]))
     with pytest.raises(specs.GlueDataError, match="no test split 'test'; choose one of "
-                       "test_matched, test_mismatched"):
+                       "test_matched, test_mismatched, diagnostic$"):
         glue_data.load_test("mnli", "test", data_dir=str(tmp_path))
     with pytest.raises(specs.GlueDataError, match="no test.tsv for cola"):
         glue_data.load_test("cola", "test", data_dir=str(tmp_path))
@@ -468,3 +479,77 @@ def test_tfds_test_splits_with_their_ids(tfds_dir, no_download):
     assert (cola.ids, cola.text_a, cola.text_b) == (["0"], ["No label here ."], None)
     mnli = glue_data.load_test("mnli", "test_mismatched", tfds_data_dir=tfds_dir)
     assert (mnli.ids, mnli.text_a, mnli.text_b) == (["0"], ["A ."], ["B ."])
+    ax = glue_data.load_test("mnli", "diagnostic", tfds_data_dir=tfds_dir)  # glue/ax
+    assert ax.source == "glue/ax:test"
+    assert sorted(zip(ax.ids, ax.text_a, ax.text_b)) == [tuple(r) for r in _DIAGNOSTIC[1:]]
+
+
+# ---------------------------------------------------------------------------- diagnostic set
+
+
+def _glue_download(root, diagnostic=_DIAGNOSTIC) -> str:
+    """glue_data/ with MNLI's test files and, unless None, diagnostic/diagnostic.tsv."""
+    (root / "MNLI").mkdir(parents=True)
+    for name in ("test_matched.tsv", "test_mismatched.tsv"):
+        _write(root / "MNLI" / name, [_MNLI_TEST_HEADER, ["0", "1", "1n", "fiction", "(A)",
+                                                          "(B)", "(A)", "(B)", "A .", "B ."]])
+    if diagnostic is not None:
+        (root / "diagnostic").mkdir()
+        _write(root / "diagnostic" / "diagnostic.tsv", diagnostic)
+    return str(root)
+
+
+@pytest.mark.parametrize("task_folder", [False, True])
+def test_diagnostic_set_is_a_test_split_of_mnli_beside_its_folder(tmp_path, task_folder):
+    glue = _glue_download(tmp_path / "glue_data")
+    data_dir = os.path.join(glue, "MNLI") if task_folder else glue
+    tests = glue_data.load_tests("mnli", data_dir=data_dir)
+    assert list(tests) == ["test_matched", "test_mismatched", "diagnostic"]
+    ax = tests["diagnostic"]
+    assert ax.source == os.path.join(glue, "diagnostic", "diagnostic.tsv")
+    assert (ax.ids, ax.text_a, ax.text_b) == (["0", "1"], ["The cat sat .", "No dog ran ."],
+                                              ["A cat sat .", "A dog ran ."])
+    # Its submission lines are MNLI's: the same label names as MNLI-m.tsv.
+    assert glue_data.submission_rows("mnli", ax.ids, np.array([1, 0])) == [
+        "index\tprediction", "0\tentailment", "1\tcontradiction"]
+
+
+def test_a_bad_diagnostic_row_is_an_error_naming_file_and_line(tmp_path):
+    glue = _glue_download(tmp_path, _DIAGNOSTIC[:2] + [["1", "No dog ran ."]])
+    with pytest.raises(specs.GlueDataError) as info:
+        glue_data.load_tests("mnli", data_dir=glue)
+    path = os.path.join(glue, "diagnostic", "diagnostic.tsv")
+    assert str(info.value) == f"{path}:3: 2 column(s), mnli test rows have 3"
+    _write(path, [["index", "premise", "hypothesis"]] + _DIAGNOSTIC[1:])
+    with pytest.raises(specs.GlueDataError, match=f"{path}:1: not the header of GLUE's mnli "
+                       "test file"):
+        glue_data.load_tests("mnli", data_dir=glue)
+
+
+def test_without_the_diagnostic_set_mnli_says_where_it_looked(tmp_path, caplog):
+    glue = _glue_download(tmp_path / "glue_data", diagnostic=None)
+    data_dir = os.path.join(glue, "MNLI")
+    with caplog.at_level("WARNING"):
+        tests = glue_data.load_tests("mnli", data_dir=data_dir)
+    assert list(tests) == ["test_matched", "test_mismatched"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        "mnli: no AX.tsv written (diagnostic test split): no diagnostic.tsv for mnli in "
+        f"{data_dir} (looked for diagnostic.tsv, diagnostic/diagnostic.tsv, "
+        "../diagnostic/diagnostic.tsv)"]
+    # MNLI's own test files are not optional.
+    os.remove(os.path.join(data_dir, "test_mismatched.tsv"))
+    with pytest.raises(specs.GlueDataError, match="no test_mismatched.tsv for mnli"):
+        glue_data.load_tests("mnli", data_dir=data_dir)
+
+
+def test_tfds_without_glue_ax_gives_mnlis_test_splits_and_a_warning(tfds_dir, no_download,
+                                                                    tmp_path, caplog):
+    shutil.copytree(os.path.join(tfds_dir, "glue", "mnli"), tmp_path / "glue" / "mnli")
+    with caplog.at_level("WARNING"):
+        tests = glue_data.load_tests("mnli", tfds_data_dir=str(tmp_path))
+    assert list(tests) == ["test_matched", "test_mismatched"]
+    warnings = [r.getMessage() for r in caplog.records  # (TFDS warns of its own folders)
+                if r.levelname == "WARNING" and "AX.tsv" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"mnli: no AX.tsv written (diagnostic test split): glue/ax is not prepared in {tmp_path}")
