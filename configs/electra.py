@@ -60,7 +60,7 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
     config.model.generator_num_heads = 0      # 0: one per 64 units (H's heads at width H)
     config.model.generator_intermediate_size = 0  # 0: 4 x its hidden (F at width H)
     config.model.generator_embedding_size = 0  # tie=none only; 0: its hidden (original)
-    config.model.tie = "embeddings"           # none|embeddings|all: what the generator
+    config.model.tie = "embeddings"           # none|embeddings|all|gdes: what the generator
                                               # shares; paper: embeddings (GLUE 83.6 none,
                                               # 84.3 embeddings, 84.4 all, Sec. 3.2)
     config.model.tie_embeddings = True        # older spelling: False is tie=none
@@ -104,7 +104,7 @@ def get_config(size: str = "small") -> ml_collections.ConfigDict:
     config.train.clip_norm = 1.0              # global-norm clipping; paper: 1.0
     config.train.steps_per_loop = 10 if tiny else 100  # steps per tf.function call
                                               # (TPUs: 500-1000, docs/accelerators.md)
-    config.train.checkpoint_every = 100 if tiny else 5_000  # steps (rounded to loops)
+    config.train.checkpoint_every = 100 if tiny else 5_000  # steps (a loop ends there)
     config.train.keep_checkpoints = 3         # checkpoints kept (the newest)
     config.train.log_every = 20 if tiny else 100  # steps between log lines and summaries
     config.train.eval_every = 100 if tiny else 10_000  # steps between evaluations

@@ -43,9 +43,10 @@ def get_config(arg: str = "mrpc") -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.task = task_name               # from TASK above: the defaults below are its own
     config.init_checkpoint = ""   # the pre-training run's workdir (or RUN/checkpoints/ckpt-N)
-    # The best model's predictions on the test split(s), in GLUE's submission format:
-    # WORKDIR/test_predictions/<CoLA.tsv, MNLI-m.tsv, AX.tsv, ...> (GLUE only: SQuAD's are
-    # hidden).
+    # The best model's predictions on the test split(s): GLUE's in its submission format,
+    # WORKDIR/test_predictions/<CoLA.tsv, MNLI-m.tsv, AX.tsv, ...>; tagging's in
+    # test_predictions.txt with test_metrics (docs/tagging.md); not SQuAD (its test set is
+    # not public).
     config.predict_test = False
 
     config.data = ml_collections.ConfigDict()

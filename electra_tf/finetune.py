@@ -1,12 +1,14 @@
-"""Fine-tunes a pre-trained discriminator on a GLUE task or SQuAD (squad1, squad2):
+"""Fine-tunes a pre-trained discriminator on a GLUE task, SQuAD (squad1, squad2) or a
+CoNLL-format tagging task (conll2003, conll2000, tagging):
 
     python -m electra_tf.finetune --config=configs/finetune.py:TASK --workdir=DIR \
         --config.init_checkpoint=PRETRAIN_WORKDIR [--config.data.dir=TASK_DATA_DIR]
 
 Writes DIR/results.json after each evaluation, DIR/best (the best checkpoint by the task's
 metric), DIR/export/<step> (that model as a SavedModel), TensorBoard logs in DIR/logs
-(`tensorboard --logdir=DIR`: the HParams tab lists the metrics from there), and for SQuAD
-the best step's DIR/predictions.json (and null_odds.json for 2.0).
+(`tensorboard --logdir=DIR`: the HParams tab lists the metrics from there), and the best
+step's predictions: SQuAD's DIR/predictions.json (and null_odds.json for 2.0), tagging's
+DIR/predictions.txt.
 Re-running the same command resumes.
 """
 

@@ -18,16 +18,18 @@ from tests import helpers
 from tests.model import test_objectives
 
 
-def gdes_model():
+def gdes_model(objective="electra"):
     config = electra_configs.get_config("tiny")
-    config.model.tie = "gdes"
+    config.model.tie, config.model.objective = "gdes", objective
     config.model.dropout = config.model.attention_dropout = 0.0
     model = model_config.pretrainer(model_config.resolve(config), test_objectives.V)
     return config, model.build_for(test_objectives.S, test_objectives.P)
 
 
-def test_delta_starts_at_zero_and_each_loss_trains_its_own_table():
-    _, model = gdes_model()
+@pytest.mark.parametrize("objective,generator_loss", [("electra", "mlm_loss"),
+                                                      ("electric", "cloze_loss")])
+def test_delta_starts_at_zero_and_each_loss_trains_its_own_table(objective, generator_loss):
+    _, model = gdes_model(objective)
     shared = model.embeddings.token_embedding.embeddings
     delta = model.discriminator.embeddings.delta.embeddings
     assert model.generator.embeddings is model.embeddings
@@ -39,8 +41,8 @@ def test_delta_starts_at_zero_and_each_loss_trains_its_own_table():
     with tf.GradientTape(persistent=True) as tape:
         outputs = helpers.forward(model, batch, uniform=np.full((2, test_objectives.P), 0.5, "float32"),
                         training=True)
-        _, values = objectives.OBJECTIVES.create("electra").loss(outputs, batch)
-    mlm_shared, mlm_delta = tape.gradient(values["mlm_loss"], [shared, delta])
+        _, values = objectives.OBJECTIVES.create(objective).loss(outputs, batch)
+    mlm_shared, mlm_delta = tape.gradient(values[generator_loss], [shared, delta])
     rtd_shared, rtd_delta = tape.gradient(values["rtd_loss"], [shared, delta])
     assert np.any(tf.convert_to_tensor(mlm_shared).numpy()) and mlm_delta is None
     assert np.any(tf.convert_to_tensor(rtd_delta).numpy())
