@@ -1,6 +1,7 @@
-"""Flags that several tools share: where the corpus comes from, and the early check of
-an output path (a tool finds a bad one before its work, not after). Importing this
-imports no TensorFlow: a tool that checks its flags first answers a bad one at once."""
+"""Flags that several tools share: where the corpus comes from, and the early checks of
+an output path and of an input path (a tool finds a bad one before its work, not after).
+Importing this imports no TensorFlow: a tool that checks its flags first answers a bad
+one at once."""
 
 import os
 
@@ -59,3 +60,41 @@ def check_output_path(flag: str, path: str, directory: bool = False,
         raise errors.UserError(f"--{flag}={path}: {parent} is a file, not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise errors.UserError(f"--{flag}={path}: no permission to write in {parent}")
+
+
+def check_input_path(flag: str, path: str, directory: bool | None = False,
+                     prefix: bool = False) -> None:
+    """Raises `UserError` naming `--flag=path` if the tool has nothing to read there: no
+    such path, a directory where a file goes (`directory` False) or a file where a
+    directory goes (True; None: either). `prefix`: a checkpoint prefix counts too (its
+    PATH.index is there). A URL is checked through TF's file system, imported then: call
+    this after the checks that need no TF, so that a local path is answered before TF
+    loads.
+
+    >>> check_input_path("input", "/no/such/corpus.txt")
+    Traceback (most recent call last):
+    ...
+    electra_tf.errors.UserError: --input=/no/such/corpus.txt: not found
+    """
+    if "://" in path:  # gs:// and other remote file systems
+        import tensorflow as tf  # pylint: disable=g-import-not-at-top
+        exists, isdir = tf.io.gfile.exists, tf.io.gfile.isdir
+    else:
+        exists, isdir = os.path.exists, os.path.isdir
+    if prefix and exists(path + ".index"):
+        return
+    if not exists(path):
+        raise errors.UserError(f"--{flag}={path}: not found")
+    if directory is False and isdir(path):
+        raise errors.UserError(f"--{flag}={path}: a directory; give the path of a file")
+    if directory and not isdir(path):
+        raise errors.UserError(f"--{flag}={path}: a file, not a directory")
+
+
+def check_input_patterns(flag: str, patterns: str) -> None:
+    """`check_input_path` of each path in the comma-separated `patterns` (the data flags:
+    directories, manifests, shard files or globs); a glob is left to the reader, which
+    says what it matched."""
+    for part in (p.strip() for p in patterns.split(",")):
+        if part and not any(c in part for c in "*?["):
+            check_input_path(flag, part, directory=None)

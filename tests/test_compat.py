@@ -64,19 +64,20 @@ def counting(monkeypatch, owner, name):
 
 # ------------------------------------------------------------------- TF settings at start
 _TOOL_WITH_TF = """
-import atexit, json, os, runpy, sys
+import json, os, runpy, sys
 
-def report():  # after the tool (its --help) ran: TF compiles under the tool's settings
-    import tensorflow as tf
-    value = tf.function(lambda x: x + 1.0, jit_compile=True)(tf.constant(1.0))
-    names = ("TF_XLA_FLAGS", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "TF_CPP_MIN_LOG_LEVEL",
-             "KERAS_BACKEND")
-    print(json.dumps({"env": {n: os.environ.get(n) for n in names},
-                      "compiled": float(value)}), flush=True)
-
-atexit.register(report)
 sys.argv = [sys.argv[1], "--help"]
-runpy.run_path(sys.argv[0], run_name="__main__")
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit:  # --help's
+    pass
+# After the tool (its --help) ran: TF compiles under the tool's settings.
+import tensorflow as tf
+value = tf.function(lambda x: x + 1.0, jit_compile=True)(tf.constant(1.0))
+names = ("TF_XLA_FLAGS", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "TF_CPP_MIN_LOG_LEVEL",
+         "KERAS_BACKEND")
+print(json.dumps({"env": {n: os.environ.get(n) for n in names},
+                  "compiled": float(value)}), flush=True)
 """
 
 
@@ -86,8 +87,8 @@ def test_tf_environment_reaches_a_tool_and_tf_knows_the_xla_flag():
     compilation on a TF_XLA_FLAGS entry it does not know."""
     env = {k: v for k, v in helpers.child_env().items()
            if k not in ("TF_XLA_FLAGS", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "KERAS_BACKEND")}
-    # A tool that imports TF at its top (one that checks its flags first loads TF only in
-    # `main`, which --help does not reach).
+    # Its --help loads no TF (TF loads in `main`, once the flags are checked): the script
+    # imports it after, in the environment `cli.prepare_process()` left.
     tool = os.path.join(helpers.ROOT, "tools", "inspect_data.py")
     result = subprocess.run([sys.executable, "-c", _TOOL_WITH_TF, tool], env=env,
                             cwd=helpers.ROOT, capture_output=True, text=True, timeout=300)

@@ -94,6 +94,18 @@ CASES = {
         "convert_checkpoint.py", ["--from=electra_tf", "--to=hf", "--input={w}/no_run",
                                   "--output={w}/vocab.txt/hf"],
         ["--output={w}/vocab.txt/hf: {w}/vocab.txt is a file"], ["vocab.txt"]),
+    "convert_into_a_full_directory": (
+        "convert_checkpoint.py", ["--from=electra_tf", "--to=hf", "--input={w}/data",
+                                  "--output={w}/data"],
+        ["--output={w}/data: exists and is not empty; choose a new --output"], ["data"]),
+    "convert_no_input": (
+        "convert_checkpoint.py", ["--from=tf1", "--to=hf", "--input={w}/no_ckpt",
+                                  "--output={w}/hf"],
+        ["--input={w}/no_ckpt: not found"], ["hf"]),
+    "convert_heads_of_hf_input": (
+        "convert_checkpoint.py", ["--from=hf", "--to=tf1", "--input={w}/data",
+                                  "--output={w}/tf1", "--num_heads=4"],
+        ["--num_heads and --generator_num_heads are for --from=tf1"], ["tf1"]),
     "compare_missing_task_text": (
         "compare_objectives.py", ["--output_dir={w}/compare", "--task_text={w}/missing.txt",
                                   "--config.data.vocab_file={w}/vocab.txt"],
@@ -117,6 +129,29 @@ CASES = {
     "benchmark_workdir_is_a_file": (
         "benchmark.py", ["--mode=input", "--workdir={w}/vocab.txt"],
         ["--workdir={w}/vocab.txt: a file, not a directory"], ["vocab.txt"]),
+    "benchmark_no_batch": (
+        "benchmark.py", ["--config=configs/electra.py:tiny", "--batch_size=0",
+                         "--workdir={w}/bench"],
+        ["--batch_size, --steps and --steps_per_loop must be positive"], ["bench"]),
+    "benchmark_bad_config": (
+        "benchmark.py", ["--config=configs/electra.py:tiny", "--config.train.remat=all",
+                         "--workdir={w}/bench"],
+        ["config.train.remat='all': choose one of"], ["bench"]),
+    "benchmark_resume_steps_not_numbers": (
+        "benchmark.py", ["--mode=resume", "--resume_steps=0,1e6", "--workdir={w}/bench"],
+        ["--resume_steps=0,1e6: give whole numbers"], ["bench"]),
+    "inspect_no_data": (
+        "inspect_data.py", ["--data={w}/no_data", "--vocab_file={w}/vocab.txt"],
+        ["--data={w}/no_data: not found"], ["no_data"]),
+    "score_no_run": (
+        "score_text.py", ["--workdir={w}/no_run", "--input={w}/corpus.txt"],
+        ["--workdir={w}/no_run: not found"], ["no_run"]),
+    "score_input_is_a_directory": (
+        "score_text.py", ["--workdir={w}/data", "--input={w}/emptydir"],
+        ["--input={w}/emptydir: a directory"], ["emptydir"]),
+    "reranking_set_no_input": (
+        "make_reranking_set.py", ["--input={w}/held_out.txt", "--output={w}/pairs.txt"],
+        ["--input={w}/held_out.txt: not found"], ["pairs.txt"]),
     "finetune_unknown_task": (
         "electra_tf.finetune", ["--config=configs/finetune.py:foo", "--workdir={w}/ft"],
         ["error: --config=configs/finetune.py:foo: unknown task 'foo'; choose one of cola, "
@@ -136,7 +171,13 @@ BEFORE_TENSORFLOW = ("export_under_a_file", "sample_corpus_under_a_file",
                      "compare_budget_objective_is_gone", "a_glob_the_shell_expanded",
                      "sample_corpus_exists", "finetune_unknown_task", "finetune_unknown_size",
                      "vocab_exists", "vocab_output_is_a_directory", "data_too_short",
-                     "data_no_shards", "data_output_is_a_file")
+                     "data_no_shards", "data_output_is_a_file", "reranking_set_exists",
+                     "reranking_set_to_a_directory", "reranking_set_no_input",
+                     "convert_under_a_file", "convert_into_a_full_directory",
+                     "convert_no_input", "convert_heads_of_hf_input",
+                     "benchmark_workdir_is_a_file", "benchmark_no_batch",
+                     "benchmark_bad_config", "benchmark_resume_steps_not_numbers",
+                     "inspect_no_data", "score_no_run", "score_input_is_a_directory")
 
 
 @pytest.fixture(scope="module")

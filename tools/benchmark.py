@@ -52,18 +52,13 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from electra_tf import config_check
 from electra_tf import errors
-from electra_tf.benchmark import create_data
-from electra_tf.benchmark import host
-from electra_tf.benchmark import input_pipeline
-from electra_tf.benchmark import resume
-from electra_tf.benchmark import sample
-from electra_tf.benchmark import training
-from electra_tf.data import writer
-from electra_tf.text import tokenizer as tokenizer_lib
+from electra_tf import flags as common_flags
+from electra_tf import model_config
+from electra_tf.text import special_tokens
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROFILE_STEPS = training.PROFILE_STEPS
 
 _MODE = flags.DEFINE_enum("mode", "train", ["train", "input", "create_data", "resume"],
                           "What to measure.")
@@ -73,7 +68,7 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/electra_tf_benchmark", "Cache directory.")
 _SEQ_LEN = flags.DEFINE_integer("seq_len", 128, "max_seq_length (overrides the config's).",
-                                lower_bound=writer.MIN_SEQ_LENGTH)
+                                lower_bound=config_check.MIN_SEQ_LENGTH)
 _BATCH_SIZE = flags.DEFINE_integer(
     "batch_size", None, "Global batch size (overrides the config's); default 32 in train "
     "mode, 128 in input mode.")
@@ -86,7 +81,7 @@ _STEPS_PER_LOOP = flags.DEFINE_integer(
 _VOCAB_SIZE = flags.DEFINE_integer(
     "vocab_size", None, "Train mode: vocabulary of the synthetic batches (default 30522, "
     "BERT's). Input modes and --compare_data: vocab size to learn (default 8192).",
-    lower_bound=len(tokenizer_lib.SPECIAL_TOKENS) + 1)
+    lower_bound=len(special_tokens.SPECIAL_TOKENS) + 1)
 _REAL_DATA = flags.DEFINE_string(
     "real_data", None, "Train mode: feed real TFRecords (a data dir, manifest or glob) "
     "through electra_tf.data.pipeline instead of synthetic batches; needs --vocab_file.")
@@ -106,8 +101,8 @@ _PEAK_TFLOPS = flags.DEFINE_float(
     "(both are printed).")
 XPROF_TRACEME = "--xla_cpu_enable_xprof_traceme=true"
 _PROFILE = flags.DEFINE_bool(
-    "profile", False, "Train mode: write a TensorBoard profiler trace of "
-    f"{PROFILE_STEPS} steps after the timed ones, to --profile_dir or <workdir>/profile "
+    "profile", False, "Train mode: write a TensorBoard profiler trace of a few steps "
+    "after the timed ones, to --profile_dir or <workdir>/profile "
     f"(on a CPU, run with XLA_FLAGS={XPROF_TRACEME} for XLA's ops by name).")
 _PROFILE_DIR = flags.DEFINE_string(
     "profile_dir", None, "Train mode: where --profile writes (giving it implies --profile).")
@@ -126,13 +121,77 @@ def _flag(flag, default):
     return default if flag.value is None else flag.value
 
 
+def _profile_dir() -> str | None:
+    """Where --profile writes its trace; None: no trace."""
+    if _PROFILE.value or _PROFILE_DIR.value:
+        return _PROFILE_DIR.value or os.path.join(_WORKDIR.value, "profile")
+    return None
+
+
+def _resume_steps() -> list[int]:
+    """The --resume_steps list as whole numbers, or a UserError."""
+    try:
+        return [int(s) for s in _RESUME_STEPS.value]
+    except ValueError:
+        raise errors.UserError(f"--resume_steps={','.join(_RESUME_STEPS.value)}: give "
+                               "whole numbers") from None
+
+
+def check_flags() -> None:
+    """The flags' checks that need no TensorFlow (a local path's; a URL's loads TF), and
+    in train mode the config's (`model_config.checked`, with the flags' overrides, as
+    `training.run` validates it): a one-line `UserError` before anything is measured or
+    written."""
+    train = _MODE.value == "train"
+    if not train and (_COMPARE_DATA.value or _PROFILE.value or _PROFILE_DIR.value):
+        raise errors.UserError("--compare_data and --profile[_dir] are for --mode=train")
+    if (_flag(_BATCH_SIZE, 1) < 1 or _flag(_STEPS, 1) < 1 or _WARMUP_STEPS.value < 0
+            or _STEPS_PER_LOOP.value < 1):
+        raise errors.UserError("--batch_size, --steps and --steps_per_loop must be "
+                               "positive, --warmup_steps not negative")
+    if _INPUT_BATCHES.value < 1:
+        raise errors.UserError("--input_batches must be positive")
+    if _PEAK_TFLOPS.value is not None and _PEAK_TFLOPS.value <= 0:
+        raise errors.UserError("--peak_tflops must be positive")
+    if _MODE.value == "resume":
+        steps = _resume_steps()
+        if not steps or min(steps) < 0 or _RESUME_REPEATS.value < 1:
+            raise errors.UserError("--resume_steps must be >= 0, --resume_repeats >= 1")
+    if train:
+        config = _CONFIG.value.copy_and_resolve_references()
+        with config.unlocked():  # training.run's overrides
+            config.train.batch_size = _flag(_BATCH_SIZE, 32)
+            config.data.max_seq_length = _SEQ_LEN.value
+            config.train.steps_per_loop = _STEPS_PER_LOOP.value
+        model_config.checked(config)
+    # The folders written: the cache (the sample corpus, its vocab and TFRecords) and
+    # the trace (in the cache unless --profile_dir says).
+    if (not train or (_COMPARE_DATA.value and not _REAL_DATA.value)
+            or (_PROFILE.value and not _PROFILE_DIR.value)):
+        common_flags.check_output_path("workdir", _WORKDIR.value, directory=True)
+    if _PROFILE_DIR.value:
+        common_flags.check_output_path("profile_dir", _PROFILE_DIR.value, directory=True)
+    if train and _REAL_DATA.value:
+        vocab_file = _VOCAB_FILE.value or _CONFIG.value.data.vocab_file
+        if not vocab_file:
+            raise errors.UserError("--real_data needs --vocab_file (the data's vocab.txt)")
+        common_flags.check_input_patterns("real_data", _REAL_DATA.value)
+        common_flags.check_input_path("vocab_file" if _VOCAB_FILE.value
+                                      else "config.data.vocab_file", vocab_file,
+                                      directory=None)
+
+
 def _run_mode() -> dict:
     """The mode's figures (electra_tf/benchmark/<mode>.py), from the flags."""
+    # pylint: disable=g-import-not-at-top
+    from electra_tf.benchmark import create_data
+    from electra_tf.benchmark import input_pipeline
+    from electra_tf.benchmark import resume
+    from electra_tf.benchmark import sample
+    from electra_tf.benchmark import training
+    # pylint: enable=g-import-not-at-top
     workdir, seq_len = _WORKDIR.value, _SEQ_LEN.value
     if _MODE.value == "train":
-        profile_dir = None
-        if _PROFILE.value or _PROFILE_DIR.value:
-            profile_dir = _PROFILE_DIR.value or os.path.join(workdir, "profile")
         return training.run(
             _CONFIG.value, workdir=workdir, seq_len=seq_len,
             batch_size=_flag(_BATCH_SIZE, 32), steps=_flag(_STEPS, 10),
@@ -140,9 +199,8 @@ def _run_mode() -> dict:
             vocab_size=_VOCAB_SIZE.value, real_data=_REAL_DATA.value,
             vocab_file=_VOCAB_FILE.value, compare_data=_COMPARE_DATA.value,
             input_batches=_INPUT_BATCHES.value, matmul_size=_MATMUL_SIZE.value,
-            peak_tflops=_PEAK_TFLOPS.value, profile_dir=profile_dir,
+            peak_tflops=_PEAK_TFLOPS.value, profile_dir=_profile_dir(),
             corpus_copies=_CORPUS_COPIES.value)
-    resume_steps = resume.parse_steps(_RESUME_STEPS.value) if _MODE.value == "resume" else None
     corpus_path, vocab = sample.prepare(workdir, _CORPUS_COPIES.value,
                                         _flag(_VOCAB_SIZE, training.SAMPLE_VOCAB_SIZE))
     if _MODE.value == "input":
@@ -153,16 +211,16 @@ def _run_mode() -> dict:
         return create_data.run(workdir, corpus_path, vocab, seq_len=seq_len,
                                beam_workers=tuple(n for n in _BEAM_WORKERS.value if n > 0))
     return resume.run(_CONFIG.value, workdir, corpus_path, vocab, seq_len=seq_len,
-                      steps=resume_steps, repeats=_RESUME_REPEATS.value,
+                      steps=_resume_steps(), repeats=_RESUME_REPEATS.value,
                       batch_size=_BATCH_SIZE.value)
 
 
 def main(argv):
     del argv
-    if _MODE.value != "train" and (_COMPARE_DATA.value or _PROFILE.value or _PROFILE_DIR.value):
-        raise errors.UserError("--compare_data and --profile[_dir] are for --mode=train")
-    if ((_PROFILE.value or _PROFILE_DIR.value)
-            and XPROF_TRACEME not in os.environ.get("XLA_FLAGS", "")):
+    check_flags()
+    # TensorFlow loads here (in `_run_mode` and `host`), once the flags are checked.
+    from electra_tf.benchmark import host  # pylint: disable=g-import-not-at-top
+    if _profile_dir() and XPROF_TRACEME not in os.environ.get("XLA_FLAGS", ""):
         # The tool sets no environment of its own: the user's XLA_FLAGS are the run's.
         logging.info("--profile: XLA:CPU names its ops (fusions, dots) in the trace only "
                      "with XLA_FLAGS=%s in the environment", XPROF_TRACEME)

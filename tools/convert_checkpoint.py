@@ -35,7 +35,6 @@ import time
 from absl import flags
 from absl import logging
 
-from electra_tf import convert
 from electra_tf import errors
 from electra_tf import flags as common_flags
 from electra_tf import model_config
@@ -43,10 +42,14 @@ from electra_tf.model import sizes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-_FROM = flags.DEFINE_enum("from", None, list(convert.FORMATS_IN), "Input format.",
-                          required=True)
-_TO = flags.DEFINE_enum("to", None, list(convert.FORMATS_OUT), "Output format.",
-                        required=True)
+# convert.FORMATS_IN and FORMATS_OUT, named here without TensorFlow (the formats import
+# it) so that a bad --from/--to is answered at once; tests/convert/test_formats.py holds
+# the lists equal.
+FORMATS_IN = ("tf1", "hf", "electra_tf")
+FORMATS_OUT = ("electra_tf", "hf", "keras_hub", "tf1")
+
+_FROM = flags.DEFINE_enum("from", None, list(FORMATS_IN), "Input format.", required=True)
+_TO = flags.DEFINE_enum("to", None, list(FORMATS_OUT), "Output format.", required=True)
 _INPUT = flags.DEFINE_string("input", None, "Checkpoint to read (see above).", required=True)
 _OUTPUT = flags.DEFINE_string("output", None, "New directory to write.", required=True)
 _NUM_HEADS = flags.DEFINE_integer(
@@ -71,13 +74,30 @@ def _run_config(size: str) -> dict:
     return module.get_config(size).to_dict()
 
 
-def main(argv):
-    del argv
-    logging.set_verbosity(logging.WARNING)  # TF's checkpoint savers log at INFO
+def check_flags() -> None:
+    """The flags' checks that need no TensorFlow (a local path's; a URL's loads TF): a
+    one-line `UserError` before anything is read or written."""
     if _FROM.value != "tf1" and (_NUM_HEADS.value or _GENERATOR_NUM_HEADS.value):
         raise errors.UserError(f"--num_heads and --generator_num_heads are for --from=tf1; "
                                f"--from={_FROM.value} input says its heads itself")
-    common_flags.check_output_path("output", _OUTPUT.value, directory=True)
+    output = _OUTPUT.value
+    common_flags.check_output_path("output", output, directory=True)
+    if "://" not in output and os.path.isdir(output) and os.listdir(output):
+        # (On a URL, files.new_directory refuses it, once the input is read.)
+        raise errors.UserError(f"--output={output}: exists and is not empty; choose a new "
+                               "--output")
+    # A directory or a checkpoint prefix, as the --from format reads them.
+    common_flags.check_input_path("input", _INPUT.value, directory=None, prefix=True)
+    if _VOCAB_FILE.value and _TO.value != "keras_hub":  # a keras-hub preset holds no vocab
+        common_flags.check_input_path("vocab_file", _VOCAB_FILE.value, directory=None)
+
+
+def main(argv):
+    del argv
+    check_flags()
+    # TensorFlow loads here, once the flags are checked.
+    from electra_tf import convert  # pylint: disable=g-import-not-at-top
+    logging.set_verbosity(logging.WARNING)  # TF's checkpoint savers log at INFO
     start = time.monotonic()
     print(f"reading {_INPUT.value} (--from={_FROM.value})", flush=True)
     weights = convert.read(_FROM.value, _INPUT.value, _NUM_HEADS.value,

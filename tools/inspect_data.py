@@ -12,23 +12,34 @@ if __name__ == "__main__":  # run as a tool, not imported (tests import some too
 
 import os
 
-import tensorflow as tf
 from absl import flags
 
+from electra_tf import config_check
 from electra_tf import errors
-from electra_tf.data import pipeline
-from electra_tf.text import tokenizer
+from electra_tf import flags as common_flags
 
 _DATA = flags.DEFINE_string("data", None, "Data directory, manifest or shard glob.",
                             required=True)
 _VOCAB_FILE = flags.DEFINE_string("vocab_file", None, "The data's vocab.txt.", required=True)
 _MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None,
                                        "Expected length (default: the manifest's).")
+flags.register_validator(
+    "max_seq_length", lambda n: n is None or n >= config_check.MIN_SEQ_LENGTH,
+    f"must be at least {config_check.MIN_SEQ_LENGTH}, room for [CLS] A [SEP] B [SEP] with "
+    "a token in each segment")
 _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 2, "Examples to print.", lower_bound=1)
 
 
 def main(argv):
     del argv
+    # Before TensorFlow loads: the paths that are local (a URL's check loads TF).
+    common_flags.check_input_patterns("data", _DATA.value)
+    common_flags.check_input_path("vocab_file", _VOCAB_FILE.value, directory=None)
+    # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
+    from electra_tf.data import pipeline
+    from electra_tf.text import tokenizer
+    # pylint: enable=g-import-not-at-top
     vocab = tokenizer.Vocab.load(_VOCAB_FILE.value)
     seq = _MAX_SEQ_LENGTH.value
     if seq is None:

@@ -23,14 +23,11 @@ import collections
 import os
 import random
 
-import tensorflow as tf
 from absl import flags
 from absl import logging
 
 from electra_tf import errors
 from electra_tf import flags as common_flags
-from electra_tf import workdir as workdir_lib
-from electra_tf.text import corpus
 
 CORRUPTIONS = ("swap", "frequent")
 
@@ -104,8 +101,10 @@ def main(argv):
         raise errors.UserError(f"--corruptions={','.join(_CORRUPTIONS.value)}: choose from "
                                f"{', '.join(CORRUPTIONS)}")
     common_flags.check_output_path("output", _OUTPUT.value, overwrite=_OVERWRITE.value)
-    if not tf.io.gfile.exists(_INPUT.value):
-        raise errors.UserError(f"--input={_INPUT.value}: not found")
+    common_flags.check_input_path("input", _INPUT.value)
+    # TensorFlow loads here, once the flags are checked.
+    from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+    from electra_tf.text import corpus  # pylint: disable=g-import-not-at-top
     # The corpus reader's lines: split at "\n" alone, a line that is not UTF-8 skipped
     # (counted), an unreadable file a one-line error.
     stats = corpus.CorpusStats()

@@ -32,14 +32,11 @@ import math
 import time
 
 import numpy as np
-import tensorflow as tf
 from absl import flags
 from absl import logging
 
 from electra_tf import errors
-from electra_tf.model.objectives import base
-from electra_tf.serving import export
-from electra_tf.text import packer as packer_lib
+from electra_tf import flags as common_flags
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The pre-training run's --workdir.",
                                required=True)
@@ -55,14 +52,21 @@ _LOWER_CASE = flags.DEFINE_boolean(
     "training data's manifest says, else true).")
 
 
+def check_flags() -> None:
+    """The flags' checks that need no TensorFlow (a local path's; a URL's loads TF): a
+    one-line `UserError` before the input or the run is read."""
+    common_flags.check_input_path("input", _INPUT.value)
+    common_flags.check_input_path("workdir", _WORKDIR.value, directory=True)
+    if _CHECKPOINT.value:
+        common_flags.check_input_path("checkpoint", _CHECKPOINT.value, prefix=True)
+
+
 def read_lines(path: str) -> list[str]:
     """The lines of the UTF-8 text file `path` (split at "\n" alone: str.splitlines would
     also split a text at \u2028, \x0c and the like); a one-line `UserError` for a
-    folder, a file it cannot read, or bytes that are not UTF-8."""
-    if not tf.io.gfile.exists(path):
-        raise errors.UserError(f"--input={path}: not found")
-    if tf.io.gfile.isdir(path):
-        raise errors.UserError(f"--input={path}: a folder; give a text file")
+    file it cannot read, or bytes that are not UTF-8 (no file there, or a folder:
+    `check_flags` said so before TensorFlow loaded)."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     try:
         with tf.io.gfile.GFile(path, "rb") as f:
             data = f.read()
@@ -100,6 +104,8 @@ def read_groups(path: str, pairs: bool) -> list[list[str]]:
 
 def one_pass(model, ids, mask, segments, batch_size: int):
     """(token scores [N, S], rows run): the objective's one-pass `export.score`."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from electra_tf.serving import export  # pylint: disable=g-import-not-at-top
     function = tf.function(lambda *a: export.score(model, *a)["token_scores"],
                            reduce_retracing=True, autograph=False)
     out = [function(ids[i:i + batch_size], mask[i:i + batch_size],
@@ -112,6 +118,9 @@ def pseudo_log_likelihood(model, mask_id: int, ids, mask, segments, batch_size: 
     """(token scores [N, S], rows run): log P(token t | the text with t masked) at every
     token but [CLS]/[SEP] (`base.candidates`), one row per token, `batch_size` rows a
     pass; 0 elsewhere."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from electra_tf.model.objectives import base  # pylint: disable=g-import-not-at-top
+
     @tf.function(reduce_retracing=True, autograph=False)
     def log_probability(row_ids, row_mask, row_segments, positions, targets):
         sequence = model.discriminator({"token_ids": row_ids, "segment_ids": row_segments,
@@ -146,6 +155,13 @@ def rank(groups, scores) -> dict:
 
 def main(argv):
     del argv
+    check_flags()
+    # TensorFlow loads here, once the flags are checked.
+    # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
+    from electra_tf.serving import export
+    from electra_tf.text import packer as packer_lib
+    # pylint: enable=g-import-not-at-top
     groups = read_groups(_INPUT.value, _PAIRS.value)
     config, vocab, model, _ = export.load_run(_WORKDIR.value, _CHECKPOINT.value)
     lower_case = (export.lower_case_of(config, workdir=_WORKDIR.value) if _LOWER_CASE.value is None

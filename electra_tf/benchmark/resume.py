@@ -16,15 +16,6 @@ from electra_tf import errors
 from electra_tf.benchmark import sample
 
 
-def parse_steps(values: list[str]) -> list[int]:
-    """The --resume_steps list as whole numbers, or a UserError."""
-    try:
-        return [int(s) for s in values]
-    except ValueError:
-        raise errors.UserError(f"--resume_steps={','.join(values)}: give "
-                               "whole numbers") from None
-
-
 def run(config, workdir: str, corpus_path: str, vocab, *, seq_len: int, steps: list[int],
         repeats: int = 3, batch_size: int | None = None) -> dict:
     from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top

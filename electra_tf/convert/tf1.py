@@ -22,12 +22,23 @@ from electra_tf.convert import table
 from electra_tf.model import sizes
 
 
-def _discriminator_from_dims(hidden, layers, intermediate, embedding, num_heads, notes):
+def _given_heads(flag: str, heads: int | None, part: str, hidden: int, source: str):
+    """`heads` as the user gave them (--num_heads, --generator_num_heads), checked against
+    the width the checkpoint says; None if not given."""
+    if heads and hidden % heads:
+        raise table.ConversionError(
+            f"--{flag}={heads}: the {part}'s hidden size in {source} is {hidden}, not a "
+            f"multiple of {heads}")
+    return heads
+
+
+def _discriminator_from_dims(hidden, layers, intermediate, embedding, num_heads, notes,
+                             source):
     """The discriminator of these dimensions. The number of heads is in no tensor's shape:
     `num_heads` if given, else a preset's with these dimensions, else the original's
     rule (one per 64 units), said in `notes`."""
     dims = (hidden, layers, intermediate, embedding)
-    if num_heads:
+    if _given_heads("num_heads", num_heads, "discriminator", hidden, source):
         return sizes.EncoderSize(hidden, layers, num_heads, intermediate, embedding)
     for name, size in sizes.SIZES.items():
         if (size.hidden_size, size.num_layers, size.intermediate_size,
@@ -90,15 +101,16 @@ class TF1(formats.Format):
         positions = shapes.get("electra/embeddings/position_embeddings", [512])[0]
         notes = []
         discriminator = _discriminator_from_dims(*_encoder_dims(shapes, "electra", prefix),
-                                                 embedding, num_heads, notes)
+                                                 embedding, num_heads, notes, prefix)
         has_generator = "generator_predictions/output_bias" in shapes
         if "generator/encoder/layer_0/attention/self/query/kernel" in shapes:
             hidden, layers, intermediate = _encoder_dims(shapes, "generator", prefix)
             untied = shapes.get("generator/embeddings/word_embeddings")
             tie = "none" if untied else "embeddings"
-            heads = generator_num_heads or (discriminator.num_heads
-                                            if hidden == discriminator.hidden_size
-                                            else sizes.heads_for(hidden))
+            assumed = (discriminator.num_heads if hidden == discriminator.hidden_size
+                       else sizes.heads_for(hidden))
+            heads = _given_heads("generator_num_heads", generator_num_heads, "generator",
+                                 hidden, prefix) or assumed
             if not generator_num_heads:
                 notes.append(f"generator: {heads} attention heads assumed (" + (
                     "the discriminator's, at its width" if hidden == discriminator.hidden_size

@@ -90,8 +90,8 @@ def test_tool_converts_and_refuses_in_one_line(original, tmp_path):
                    f"--output={tmp_path}/preset", "--num_heads=3")
     assert result.returncode == 2, result.stderr
     assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
-        f"error: {original['prefix']}: discriminator.hidden_size (64) is not a multiple of "
-        "discriminator.num_heads (3)"]
+        f"error: --num_heads=3: the discriminator's hidden size in {original['prefix']} is "
+        "64, not a multiple of 3"]
     assert "Traceback" not in result.stderr
     assert not os.path.exists(tmp_path / "preset")
 
@@ -101,6 +101,10 @@ def test_formats_are_chosen_by_name(weights, tmp_path):
         assert issubclass(member, formats.Format) and member.name == name
         assert (name in convert.FORMATS_IN) == member.reads
         assert (name in convert.FORMATS_OUT) == member.writes
+    # The tool names them without TensorFlow, to check --from/--to before TF loads.
+    usage = _tool("--helpshort").stdout
+    assert f"--from: <{'|'.join(convert.FORMATS_IN)}>" in usage, usage
+    assert f"--to: <{'|'.join(convert.FORMATS_OUT)}>" in usage, usage
     with pytest.raises(table.ConversionError, match="--from=keras_hub: choose one of tf1, "
                        "hf, electra_tf$"):
         convert.read("keras_hub", str(tmp_path))

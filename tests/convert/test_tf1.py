@@ -41,3 +41,14 @@ def test_tf1_missing_or_misshapen_tensor_is_named(original, tmp_path, change, me
     directory = _rewrite_tf1(original, str(tmp_path), change)
     with pytest.raises(table.ConversionError, match=message):
         tf1.TF1().read(directory)
+
+
+def test_tf1_heads_that_do_not_divide_the_width_name_the_flag(original):
+    """The numbers of heads are the user's (--num_heads, --generator_num_heads): the
+    error names the flag, and the width the checkpoint says."""
+    with pytest.raises(table.ConversionError, match=r"^--num_heads=3: the discriminator's "
+                       r"hidden size in .*model.ckpt is 64, not a multiple of 3$"):
+        tf1.TF1().read(original["dir"], num_heads=3)
+    with pytest.raises(table.ConversionError, match=r"^--generator_num_heads=5: the "
+                       r"generator's hidden size in .*model.ckpt is 32, not a multiple of 5$"):
+        tf1.TF1().read(original["dir"], generator_num_heads=5)

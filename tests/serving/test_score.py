@@ -158,16 +158,16 @@ def test_a_reranking_set_of_corrupted_copies_scores_in_pairs(electric, tmp_path)
 
 
 def test_score_text_refuses_unreadable_input_in_one_line(tmp_path):
-    """Bytes that are not UTF-8 (named by line) and a folder: one line, exit 2, before the
-    run is read."""
+    """Bytes that are not UTF-8 (named by line; before the run is read) and a folder
+    (before TensorFlow loads): one line, exit 2."""
     bad = tmp_path / "latin1.txt"
     bad.write_bytes(b"a cat\ncaf\xe9 au lait\n")
     line = helpers.one_line_error(helpers.run_tool(
-        "score_text.py", f"--workdir={tmp_path / 'no_run'}", f"--input={bad}"))
+        "score_text.py", f"--workdir={tmp_path}", f"--input={bad}"))
     assert f"{bad}:2: not UTF-8 (byte 9)" in line
     line = helpers.one_line_error(helpers.run_tool(
-        "score_text.py", f"--workdir={tmp_path / 'no_run'}", f"--input={tmp_path}"))
-    assert f"--input={tmp_path}: a folder" in line
+        "score_text.py", f"--workdir={tmp_path}", f"--input={tmp_path}"))
+    assert f"--input={tmp_path}: a directory" in line
 
 
 def test_score_text_splits_its_input_at_newlines_alone(electric, tmp_path):
