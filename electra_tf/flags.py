@@ -86,7 +86,9 @@ def check_input_path(flag: str, path: str, directory: bool | None = False,
     if not exists(path):
         raise errors.UserError(f"--{flag}={path}: not found")
     if directory is False and isdir(path):
-        raise errors.UserError(f"--{flag}={path}: a directory; give the path of a file")
+        raise errors.UserError(f"--{flag}={path}: a directory; give " + (
+            "a checkpoint prefix (DIR/ckpt-N, beside its ckpt-N.index)" if prefix
+            else "the path of a file"))
     if directory and not isdir(path):
         raise errors.UserError(f"--{flag}={path}: a file, not a directory")
 

@@ -143,6 +143,10 @@ CASES = {
     "inspect_no_data": (
         "inspect_data.py", ["--data={w}/no_data", "--vocab_file={w}/vocab.txt"],
         ["--data={w}/no_data: not found"], ["no_data"]),
+    "inspect_bad_masking": (
+        "inspect_data.py", ["--data={w}/data", "--vocab_file={w}/vocab.txt",
+                            "--config.data.mask_prob=1.5"],
+        ["config.data.mask_prob=1.5: must be"], ["data"]),
     "score_no_run": (
         "score_text.py", ["--workdir={w}/no_run", "--input={w}/corpus.txt"],
         ["--workdir={w}/no_run: not found"], ["no_run"]),
@@ -177,7 +181,7 @@ BEFORE_TENSORFLOW = ("export_under_a_file", "sample_corpus_under_a_file",
                      "convert_no_input", "convert_heads_of_hf_input",
                      "benchmark_workdir_is_a_file", "benchmark_no_batch",
                      "benchmark_bad_config", "benchmark_resume_steps_not_numbers",
-                     "inspect_no_data", "score_no_run", "score_input_is_a_directory")
+                     "inspect_no_data", "inspect_bad_masking", "score_no_run", "score_input_is_a_directory")
 
 
 @pytest.fixture(scope="module")

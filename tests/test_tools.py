@@ -41,9 +41,13 @@ def test_vocab_then_data_then_batches(workdir):
     manifest = json.loads((workdir / "data" / "manifest.json").read_text())
     assert manifest["num_documents"] == 120 and len(manifest["shards"]) == 2
 
-    result = run("inspect_data.py", f"--data={workdir}/data", f"--vocab_file={vocab}")
+    # With a config's masking: large's 25%, whole words.
+    result = run("inspect_data.py", f"--data={workdir}/data", f"--vocab_file={vocab}",
+                 "--config=configs/electra.py:large", "--config.data.whole_word_masking=true")
     assert result.returncode == 0, result.stderr
-    assert "'masked_lm_positions': [2, 9]" in result.stdout  # int(0.155 * 64) = 9
+    assert "masking: mask_prob=0.25, [MASK] 85%, random token 0%, whole words: True" \
+        in result.stdout
+    assert "'masked_lm_positions': [2, 16]" in result.stdout  # int(0.255 * 64) = 16
     assert "[MASK](" in result.stdout
 
 
