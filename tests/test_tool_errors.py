@@ -106,6 +106,11 @@ CASES = {
         "convert_checkpoint.py", ["--from=hf", "--to=tf1", "--input={w}/data",
                                   "--output={w}/tf1", "--num_heads=4"],
         ["--num_heads and --generator_num_heads are for --from=tf1"], ["tf1"]),
+    "convert_casing_of_keras_hub": (
+        "convert_checkpoint.py", ["--from=tf1", "--to=keras_hub", "--input={w}/data",
+                                  "--output={w}/preset", "--nolower_case"],
+        ["--nolower_case is for --to=hf and --to=electra_tf: --to=keras_hub writes no "
+         "tokenizer setting"], ["preset"]),
     "compare_missing_task_text": (
         "compare_objectives.py", ["--output_dir={w}/compare", "--task_text={w}/missing.txt",
                                   "--config.data.vocab_file={w}/vocab.txt"],
@@ -179,6 +184,7 @@ BEFORE_TENSORFLOW = ("export_under_a_file", "sample_corpus_under_a_file",
                      "reranking_set_to_a_directory", "reranking_set_no_input",
                      "convert_under_a_file", "convert_into_a_full_directory",
                      "convert_no_input", "convert_heads_of_hf_input",
+                     "convert_casing_of_keras_hub",
                      "benchmark_workdir_is_a_file", "benchmark_no_batch",
                      "benchmark_bad_config", "benchmark_resume_steps_not_numbers",
                      "inspect_no_data", "inspect_bad_masking", "score_no_run", "score_input_is_a_directory")

@@ -2,7 +2,7 @@ r"""Converts ELECTRA checkpoints between the original (TF1), Hugging Face, keras
 
   python tools/convert_checkpoint.py --from=tf1|hf|electra_tf \
       --to=electra_tf|hf|keras_hub|tf1 --input=PATH --output=PATH \
-      [--vocab_file=vocab.txt] [--num_heads=N] [--generator_num_heads=N] [--lower_case]
+      [--vocab_file=vocab.txt] [--num_heads=N] [--generator_num_heads=N] [--[no]lower_case]
 
 --input:  tf1: a checkpoint prefix (DIR/model.ckpt) or its directory (the latest one);
           hf: a directory holding discriminator/ and generator/ (as --to=hf writes them),
@@ -16,10 +16,14 @@ r"""Converts ELECTRA checkpoints between the original (TF1), Hugging Face, keras
           keras_hub: a preset of the discriminator (ElectraBackbone.from_preset(DIR));
           tf1: model.ckpt with the original's variable names.
 Any shape converts: widths, depths, position tables, with or without a generator, and
-every weight sharing (tie none|embeddings|all, read off the tensors). A TF1 checkpoint
+every weight sharing (tie none|embeddings|all, read off the tensors; a gdes run's delta is
+merged into its discriminator's table). A TF1 checkpoint
 does not record its numbers of attention heads: a preset's are used when its dimensions
 match, else one per 64 units (the original's rule), unless --num_heads says.
-The vocab.txt beside the input is used unless --vocab_file is given. Weights convert
+The vocab.txt beside the input is used unless --vocab_file is given; whether it is
+lower-cased comes from the input (our workdir's data, Hugging Face's tokenizer_config.json)
+unless --[no]lower_case says (a TF1 checkpoint does not say: give it for a cased vocab).
+Weights convert
 exactly (float32, bit for bit); keras-hub's backbone computes gelu with the tanh
 approximation, so its outputs differ from ours in the 4th decimal.
 """
@@ -28,6 +32,7 @@ from electra_tf import cli
 if __name__ == "__main__":  # run as a tool, not imported (tests import some tools)
     cli.prepare_process()  # before TensorFlow is imported: TF reads its settings then
 
+import dataclasses
 import importlib.util
 import os
 import time
@@ -59,8 +64,10 @@ _GENERATOR_NUM_HEADS = flags.DEFINE_integer(
     "generator_num_heads", None, "TF1 input: the generator's attention heads (default: "
     "the discriminator's at its width, else hidden / 64).", lower_bound=1)
 _LOWER_CASE = flags.DEFINE_boolean(
-    "lower_case", None, "--to=hf: whether the vocab is lower-cased (tokenizer_config.json; "
-    "default: what the input says, else true).")
+    "lower_case", None, "--to=hf, --to=electra_tf: whether the vocab is lower-cased "
+    "(tokenizer_config.json; the workdir's converted.json, which export, fine-tuning and "
+    "scoring read); default: what the input says (a TF1 checkpoint says nothing: then "
+    "true).")
 _VOCAB_FILE = flags.DEFINE_string("vocab_file", None,
                                   "vocab.txt (default: the one beside the input).")
 
@@ -80,6 +87,10 @@ def check_flags() -> None:
     if _FROM.value != "tf1" and (_NUM_HEADS.value or _GENERATOR_NUM_HEADS.value):
         raise errors.UserError(f"--num_heads and --generator_num_heads are for --from=tf1; "
                                f"--from={_FROM.value} input says its heads itself")
+    if _LOWER_CASE.value is not None and _TO.value not in ("hf", "electra_tf"):
+        raise errors.UserError(f"--{'' if _LOWER_CASE.value else 'no'}lower_case is for "
+                               f"--to=hf and --to=electra_tf: --to={_TO.value} writes no "
+                               "tokenizer setting")
     output = _OUTPUT.value
     common_flags.check_output_path("output", output, directory=True)
     if "://" not in output and os.path.isdir(output) and os.listdir(output):
@@ -116,6 +127,9 @@ def main(argv):
     vocab_file = _VOCAB_FILE.value or weights.vocab_file
     output = _OUTPUT.value
 
+    if _LOWER_CASE.value is not None:
+        weights = dataclasses.replace(weights, lower_case=_LOWER_CASE.value)
+
     if _TO.value == "electra_tf":
         fields = model_config.fields(spec.shape)
         config = _run_config(fields["size"])
@@ -123,6 +137,10 @@ def main(argv):
         seq = config["data"]["max_seq_length"]
         seq_flag = (f" --config.data.max_seq_length={spec.shape.max_positions}"
                     if spec.shape.max_positions < seq else "")
+        if weights.lower_case is None:
+            print(f"note: {weights.source} does not say whether its vocab is lower-cased: "
+                  "export, fine-tuning and scoring of the workdir will lower-case text; "
+                  "convert with --nolower_case for a cased vocab")
         if not spec.has_generator:
             print("note: the input holds no generator: the workdir's generator "
                   f"({sizes.describe(spec.shape.generator)}) starts from fresh "
@@ -135,9 +153,7 @@ def main(argv):
                   f" --config.model.{key}={value}" for key, value in fields.items()
                   if key != "size" and config["model"].get(key) != value))
     elif _TO.value == "hf":
-        lower_case = _LOWER_CASE.value
-        if lower_case is None:
-            lower_case = True if weights.lower_case is None else weights.lower_case
+        lower_case = True if weights.lower_case is None else weights.lower_case
         for directory in convert.write(_TO.value, weights, output, vocab_file,
                                        lower_case=lower_case):
             print(f"wrote {directory}")
