@@ -118,6 +118,11 @@ class TF1(formats.Format):
                     "number): give --generator_num_heads if not")
             generator = sizes.EncoderSize(hidden, layers, heads, intermediate,
                                           untied[1] if untied else embedding)
+        elif generator_num_heads:
+            raise table.ConversionError(
+                f"--generator_num_heads={generator_num_heads}: {prefix} holds no generator "
+                "encoder of its own (" + ("it is the discriminator's: tie=all" if has_generator
+                                          else "no generator") + "); leave the flag out")
         elif has_generator:  # generator_predictions/ alone: the original's tied generator
             tie, generator = "all", discriminator
         else:

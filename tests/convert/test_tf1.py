@@ -43,7 +43,7 @@ def test_tf1_missing_or_misshapen_tensor_is_named(original, tmp_path, change, me
         tf1.TF1().read(directory)
 
 
-def test_tf1_heads_that_do_not_divide_the_width_name_the_flag(original):
+def test_tf1_heads_that_do_not_divide_the_width_name_the_flag(original, tmp_path):
     """The numbers of heads are the user's (--num_heads, --generator_num_heads): the
     error names the flag, and the width the checkpoint says."""
     with pytest.raises(table.ConversionError, match=r"^--num_heads=3: the discriminator's "
@@ -52,3 +52,9 @@ def test_tf1_heads_that_do_not_divide_the_width_name_the_flag(original):
     with pytest.raises(table.ConversionError, match=r"^--generator_num_heads=5: the "
                        r"generator's hidden size in .*model.ckpt is 32, not a multiple of 5$"):
         tf1.TF1().read(original["dir"], generator_num_heads=5)
+    # A checkpoint without a generator encoder has no generator heads to set.
+    alone = originals.write_original(str(tmp_path), generator=False)
+    with pytest.raises(table.ConversionError, match=r"^--generator_num_heads=2: .*model.ckpt "
+                       r"holds no generator encoder of its own \(no generator\); leave the "
+                       r"flag out$"):
+        tf1.TF1().read(alone["dir"], generator_num_heads=2)
