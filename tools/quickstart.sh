@@ -26,7 +26,7 @@ done
 
 echo "== 4/5 masked batches, as pre-training reads them"
 python tools/inspect_data.py --data="$workdir/data_corpus" --vocab_file="$workdir/vocab.txt" \
-  --num_examples=1
+  --config=configs/electra.py:tiny --num_examples=1
 
 echo "== 5/5 pre-train ELECTRA-tiny for $steps steps (re-running resumes from the checkpoint)"
 python -m electra_tf.train --config=configs/electra.py:tiny --workdir="$workdir/run" \
