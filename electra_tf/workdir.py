@@ -399,8 +399,8 @@ class Lock:
                 moved = json.load(f)
         except (ValueError, tf.errors.OpError):
             moved = {}
-        if stale and (moved.get("token"), moved.get("heartbeat")) != (
-                stale.get("token"), stale.get("heartbeat")):
+        if (moved.get("token"), moved.get("heartbeat")) != (stale.get("token"),
+                                                             stale.get("heartbeat")):
             # A new lock was made, or its holder beat, between our read and the rename:
             # put it back.
             tf.io.gfile.rename(moved_aside, self.path, overwrite=False)
@@ -446,11 +446,12 @@ class Lock:
         while not self._stop.wait(self.heartbeat_secs):
             try:
                 holder = self._read()
-                if holder == {}:  # unreadable now (a storage hiccup): try next time
+                if not holder:  # unreadable now (a storage hiccup), or moved aside for a
+                    # moment by a run that takes it over only if it is stale: try again
                     logging.warning("Cannot read %s to refresh it; trying again in %.0fs",
                                     self.path, self.heartbeat_secs)
                     continue
-                if not holder or holder.get("token") != self.token:
+                if holder.get("token") != self.token:
                     logging.error("%s is no longer this run's (%s): another run may write "
                                   "into %s", self.path, _describe(holder or {}), self.workdir)
                     return

@@ -188,6 +188,9 @@ def test_two_runs_taking_over_one_stale_lock_do_not_both_hold_it(tmp_path):
         second._take_over(stale)  # pylint: disable=protected-access
         holder = json.loads((tmp_path / "run" / "lock.json").read_text())
         assert holder["token"] == first.token
+        # The same where the stale lock was unreadable (judged by its age).
+        second._take_over({})  # pylint: disable=protected-access
+        assert json.loads((tmp_path / "run" / "lock.json").read_text()) == holder
         with pytest.raises(errors.UserError, match="in use by another run"):
             second.acquire()
 
@@ -259,14 +262,17 @@ def test_a_holder_from_before_this_machines_boot_is_gone(tmp_path, monkeypatch):
 
 
 def test_a_heartbeat_survives_a_failed_read(tmp_path, monkeypatch):
-    """A read of the lock that fails once (a storage hiccup) must not stop the heartbeat:
-    after 10 minutes without one, another host would take the live run's workdir."""
+    """A read of the lock that fails (a storage hiccup, or the lock moved aside for a
+    moment) must not stop the heartbeat: after 10 minutes without one, another host
+    would take the live run's workdir."""
     run = str(tmp_path / "run")
     lock = workdir_lib.Lock(run, heartbeat_secs=0.05).acquire()
     try:
-        real_read, failures = workdir_lib.Lock._read, [1]  # pylint: disable=protected-access
+        # Unreadable once ({}), then gone for a moment (None: moved aside by a run that
+        # puts it back, as it is not stale).
+        real_read, failures = workdir_lib.Lock._read, [None, {}]  # pylint: disable=protected-access
         def flaky(self):
-            return {} if failures and failures.pop() else real_read(self)
+            return failures.pop() if failures else real_read(self)
         monkeypatch.setattr(workdir_lib.Lock, "_read", flaky)
         first = real_read(lock)["heartbeat"]
         deadline = time.time() + 5
