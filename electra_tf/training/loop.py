@@ -114,6 +114,11 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         checkpoint_dir = workdir_lib.checkpoints(workdir)
         if not chief:  # other workers must save too (collectives); they write aside
             checkpoint_dir = workdir_lib.worker_dir(workdir, distribute.worker_id(strategy))
+            # What a crashed run left there is no checkpoint of this run's: TF's
+            # preemption handler restores a manager's latest, which would put an older
+            # step's weights on this worker (a worker that sat out the last start).
+            if tf.io.gfile.exists(checkpoint_dir):
+                tf.io.gfile.rmtree(checkpoint_dir)
         checkpoint = checkpointing.checkpoint_of(trainer)
         manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir,
                                              max_to_keep=config.train.keep_checkpoints,
@@ -125,7 +130,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         # The hosts and replicas (another layout than the restored checkpoint's is said).
         layout = {"input_pipelines": distribute.input_pipelines(strategy),
                   "replicas": strategy.num_replicas_in_sync}
-        if restored:
+        if restored and chief:
             checkpointing.warn_if_other_layout(workdir, layout, step, restored)
         if step == 0 and config.model.generator_init:
             generator_init.load(trainer.model, config, vocab)
