@@ -123,13 +123,15 @@ _MASKS = (("data", "mask_prob"), ("data", "mask_token_rate"), ("data", "random_t
           ("data", "whole_word_masking"))
 
 
-def check_same_run(config, workdir, vocab):
+def check_same_run(config, workdir, vocab) -> dict:
     """A workdir holds one run: resuming it with another model, objective, sequence
-    length, batch size, seed or vocab would not continue it (or fail deep in restore)."""
+    length, batch size, seed or vocab would not continue it (or fail deep in restore).
+    Returns the run's config.json as it was ({} where there is none), which the loop
+    reads again (`warn_if_other_layout`, `layouts`) before it writes the new one."""
     path = workdir_lib.path(workdir, workdir_lib.CONFIG)
     saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG)
     if saved is None:
-        return
+        return {}
     # Every comparison is with the completed config: a key the run's version did not
     # write has the value that version ran with.
     completed = model_config.complete(saved)
@@ -180,6 +182,7 @@ def check_same_run(config, workdir, vocab):
             raise errors.UserError(
                 f"config.data.vocab_file={config.data.vocab_file!r} differs from the vocab "
                 f"the run in {workdir} was started with ({vocab_copy})")
+    return saved
 
 
 def layout_of(saved: dict, step: int) -> dict | None:
@@ -192,32 +195,31 @@ def layout_of(saved: dict, step: int) -> dict | None:
     return before[-1] if before else None
 
 
-def layouts(workdir, step: int, layout: dict) -> list:
-    """config.json's `layouts` for a start at `step` (the latest checkpoint's) on
-    `layout`: the starts after `step` saved nothing that survives, and are dropped."""
-    saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG) or {}
+def layouts(saved: dict, step: int, layout: dict) -> list:
+    """config.json's `layouts` for a start at `step` (the restored checkpoint's) on
+    `layout`, from the run's config.json as it was (`saved`): the starts at or after
+    `step` saved nothing that survives, and are dropped."""
     kept = [[start, old] for start, old in saved.get("layouts", ()) if start < step]
     if not kept or kept[-1][1] != layout:
         kept.append([step, layout])
     return kept
 
 
-def warn_if_other_layout(workdir, layout: dict, step: int, restored: str) -> None:
+def warn_if_other_layout(workdir, saved: dict, layout: dict, step: int,
+                         restored: str) -> None:
     """Resuming on another layout ({"input_pipelines": H, "replicas": N}) than the one
-    that trained the checkpoint restored (`restored`, at `step`; `layout_of` config.json)
-    is allowed, and said. Each host reads its own chunks of the data (data/order.py)
-    and masks its replicas' batches by their index: the run continues batch for batch
-    only on the hosts and replicas that trained it. On other hosts the examples a host
-    reads from here differ (until the epoch ends, some come again and others wait); on
-    other replicas alone, their masks."""
-    saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG) or {}
-    before = layout_of(saved, step) if step > 0 else None
+    that trained the checkpoint restored (`restored`, at `step`; `layout_of` the run's
+    config.json as it was, `saved`) is allowed, and said. Each host reads its own
+    chunks of the data (data/order.py) and masks its replicas' batches by their index:
+    the run continues batch for batch only on the hosts and replicas that trained it.
+    On other hosts the examples a host reads from here differ (until the epoch ends,
+    some come again and others wait); on other replicas alone, their masks."""
+    before = layout_of(saved, step)
     if before is None or before == layout:
         return
-    latest = restored
     was = (f"{before['input_pipelines']} input pipeline(s) (hosts) and "
            f"{before['replicas']} replica(s)")
-    now = (f"{layout['input_pipelines']} and {layout['replicas']}")
+    now = f"{layout['input_pipelines']} and {layout['replicas']}"
     if before["input_pipelines"] != layout["input_pipelines"]:
         change = ("each host reads another share of the data, so until this epoch ends "
                   "some examples are read again and others later than in an "
@@ -227,7 +229,7 @@ def warn_if_other_layout(workdir, layout: dict, step: int, restored: str) -> Non
                   "uninterrupted run's")
     logging.warning("The run in %s trained %s with %s and goes on with %s: from there %s "
                     "(resume with %s to continue it exactly)", workdir,
-                    os.path.basename(latest), was, now, change, was)
+                    os.path.basename(restored), was, now, change, was)
 
 
 def _flat(d: dict, prefix: str = "") -> dict:

@@ -95,7 +95,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         # ---- model, optimizer
         # A workdir holds one run: another shape, objective, batch, seed or vocab is a
         # one-line error here, not a failure deep in restore.
-        checkpointing.check_same_run(config, workdir, vocab)
+        saved_config = checkpointing.check_same_run(config, workdir, vocab)
         trainer = trainer_lib.Trainer(config, strategy, vocab.size, masking.max_predictions)
         if eval_data is not None:
             with faults.naming_damaged(eval_files, "eval_files"):
@@ -131,7 +131,8 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         layout = {"input_pipelines": distribute.input_pipelines(strategy),
                   "replicas": strategy.num_replicas_in_sync}
         if restored and chief:
-            checkpointing.warn_if_other_layout(workdir, layout, step, restored)
+            checkpointing.warn_if_other_layout(workdir, saved_config, layout, step,
+                                               restored)
         if step == 0 and config.model.generator_init:
             generator_init.load(trainer.model, config, vocab)
         if generator_init.frozen_at_random(config):
@@ -147,9 +148,9 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         logs = workdir_lib.path(workdir, workdir_lib.LOGS)
         train_logs = workdir_lib.logs(workdir, workdir_lib.TRAIN_LOGS)
         if chief:
-            workdir_lib.write_json(workdir, workdir_lib.CONFIG,
-                                   {**config.to_dict(), "data_order": order.VERSION,
-                                    "layouts": checkpointing.layouts(workdir, step, layout)})
+            workdir_lib.write_json(workdir, workdir_lib.CONFIG, {
+                **config.to_dict(), "data_order": order.VERSION,
+                "layouts": checkpointing.layouts(saved_config, step, layout)})
             workdir_lib.copy_vocab(workdir, config.data.vocab_file)
             train_writer = tf.summary.create_file_writer(train_logs)
             eval_writer = tf.summary.create_file_writer(

@@ -188,9 +188,12 @@ def test_a_resume_on_other_hosts_or_replicas_is_said(tmp_path, caplog):
     four = {"input_pipelines": 1, "replicas": 4}
     run = str(tmp_path / "run")
 
+    def saved():
+        return workdir_lib.read_json(run, workdir_lib.CONFIG) or {}
+
     def start(step, layout):
         """What the loop writes at a start at `step` on `layout`."""
-        history = checkpointing.layouts(run, step, layout)
+        history = checkpointing.layouts(saved(), step, layout)
         workdir_lib.write_json(run, workdir_lib.CONFIG, {**config.to_dict(),
                                                          "layouts": history})
         return history
@@ -198,7 +201,8 @@ def test_a_resume_on_other_hosts_or_replicas_is_said(tmp_path, caplog):
     def said(layout, step):
         caplog.clear()
         with caplog.at_level("WARNING"):
-            checkpointing.warn_if_other_layout(run, layout, step, f"{run}/ckpt-{step}")
+            checkpointing.warn_if_other_layout(run, saved(), layout, step,
+                                               f"{run}/ckpt-{step}")
         return caplog.text
     workdir_lib.write_json(run, workdir_lib.CONFIG, config.to_dict())  # an earlier version's
     assert "trained" not in said(four, 5)  # it recorded no layout
