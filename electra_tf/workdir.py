@@ -208,6 +208,11 @@ def _read_first_line(path: str) -> str:
         return ""
 
 
+def _boot_id() -> str:
+    """This boot of the machine's id (another after each reboot); "" without /proc."""
+    return _read_first_line("/proc/sys/kernel/random/boot_id")
+
+
 def _pid_space() -> str:
     """This machine's boot and pid namespace: two processes can test each other's pids
     only where these match (containers may share a host name, not their pids)."""
@@ -215,7 +220,7 @@ def _pid_space() -> str:
         namespace = os.readlink("/proc/self/ns/pid")
     except OSError:
         namespace = ""
-    return f"{_read_first_line('/proc/sys/kernel/random/boot_id')} {namespace}"
+    return f"{_boot_id()} {namespace}"
 
 
 def _machine_id() -> str:
@@ -335,7 +340,7 @@ class Lock:
         machine, boot, beat = _machine_id(), _boot_time(), holder.get("heartbeat")
         if not (machine and boot and holder.get("host") == socket.gethostname()
                 and holder.get("machine_id") == machine
-                and str(holder.get("pid_space", "")).split(" ")[0] != _pid_space().split(" ")[0]
+                and str(holder.get("pid_space", "")).split(" ")[0] != _boot_id()
                 and isinstance(beat, (int, float)) and beat < boot):
             return None
         wait = 2 * self.heartbeat_secs
@@ -453,7 +458,7 @@ class Lock:
                     continue
                 if holder.get("token") != self.token:
                     logging.error("%s is no longer this run's (%s): another run may write "
-                                  "into %s", self.path, _describe(holder or {}), self.workdir)
+                                  "into %s", self.path, _describe(holder), self.workdir)
                     return
                 holder["heartbeat"] = time.time()
                 tmp = aside(self.path, f"{self.token}.tmp")

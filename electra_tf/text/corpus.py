@@ -383,9 +383,10 @@ def tfds_lines(name: str, data_dir: str | None, text_key: str,
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
     dataset_name, _, split = name.partition(":")
+    split = split or "train"
     try:
         builder = tfds.builder(dataset_name, data_dir=data_dir)
-        dataset = builder.as_dataset(split=split or "train", read_config=tfds_read_config())
+        dataset = builder.as_dataset(split=split, read_config=tfds_read_config())
     except Exception as e:  # TFDS raises many types for "not there"
         raise CorpusError(f"--tfds={name}: cannot load it from "
                           f"--tfds_data_dir={data_dir}: "
@@ -406,11 +407,11 @@ def tfds_lines(name: str, data_dir: str | None, text_key: str,
                           f"feature but {kind}; choose one of {', '.join(texts) or '(none)'}")
     stats.files += 1
     try:  # the split's example count, for progress (a sliced split has none: unknown)
-        stats.total_documents = int(builder.info.splits[split or "train"].num_examples)
+        stats.total_documents = int(builder.info.splits[split].num_examples)
     except (KeyError, TypeError, ValueError):
         pass
     return _tfds_example_lines(dataset, name, text_key, stats,
-                               TfdsExampleNumbers(builder, split or "train"))
+                               TfdsExampleNumbers(builder, split))
 
 
 def _tfds_example_lines(dataset, name, text_key, stats, numbers):
