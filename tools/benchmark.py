@@ -56,6 +56,7 @@ from electra_tf import config_check
 from electra_tf import errors
 from electra_tf import flags as common_flags
 from electra_tf import model_config
+from electra_tf.benchmark import settings
 from electra_tf.text import special_tokens
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -145,18 +146,12 @@ def check_flags() -> None:
     train = _MODE.value == "train"
     if not train and (_COMPARE_DATA.value or _PROFILE.value or _PROFILE_DIR.value):
         raise errors.UserError("--compare_data and --profile[_dir] are for --mode=train")
-    if (_flag(_BATCH_SIZE, 1) < 1 or _flag(_STEPS, 1) < 1 or _WARMUP_STEPS.value < 0
-            or _STEPS_PER_LOOP.value < 1):
-        raise errors.UserError("--batch_size, --steps and --steps_per_loop must be "
-                               "positive, --warmup_steps not negative")
-    if _INPUT_BATCHES.value < 1:
-        raise errors.UserError("--input_batches must be positive")
-    if _PEAK_TFLOPS.value is not None and _PEAK_TFLOPS.value <= 0:
-        raise errors.UserError("--peak_tflops must be positive")
+    settings.check_training(
+        batch_size=_flag(_BATCH_SIZE, 1), steps=_flag(_STEPS, 1),
+        warmup_steps=_WARMUP_STEPS.value, steps_per_loop=_STEPS_PER_LOOP.value,
+        input_batches=_INPUT_BATCHES.value, peak_tflops=_PEAK_TFLOPS.value)
     if _MODE.value == "resume":
-        steps = _resume_steps()
-        if not steps or min(steps) < 0 or _RESUME_REPEATS.value < 1:
-            raise errors.UserError("--resume_steps must be >= 0, --resume_repeats >= 1")
+        settings.check_resume(steps=_resume_steps(), repeats=_RESUME_REPEATS.value)
     if train:
         config = _CONFIG.value.copy_and_resolve_references()
         with config.unlocked():  # training.run's overrides
@@ -172,9 +167,7 @@ def check_flags() -> None:
     if _PROFILE_DIR.value:
         common_flags.check_output_path("profile_dir", _PROFILE_DIR.value, directory=True)
     if train and _REAL_DATA.value:
-        vocab_file = _VOCAB_FILE.value or _CONFIG.value.data.vocab_file
-        if not vocab_file:
-            raise errors.UserError("--real_data needs --vocab_file (the data's vocab.txt)")
+        vocab_file = settings.real_data_vocab(_VOCAB_FILE.value, _CONFIG.value)
         common_flags.check_input_patterns("real_data", _REAL_DATA.value)
         common_flags.check_input_path("vocab_file" if _VOCAB_FILE.value
                                       else "config.data.vocab_file", vocab_file,

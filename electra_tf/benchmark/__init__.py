@@ -9,6 +9,8 @@ a dict (the tool adds the host's and prints them as one JSON line):
 
 `host` probes the process and the machine (device, versions, allocator settings, resident
 memory, the matmul peak); `sample` makes the cached sample corpus, vocab and TFRecords
-the input modes read; `synthetic` makes batches of the pipeline's structure.
+the input modes read; `synthetic` makes batches of the pipeline's structure; `settings`
+checks the tool's own numbers without TensorFlow (the tool before TF loads, each mode
+again).
 Importing any of them changes nothing about the process.
 """

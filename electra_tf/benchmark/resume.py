@@ -12,8 +12,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from electra_tf import errors
 from electra_tf.benchmark import sample
+from electra_tf.benchmark import settings
 
 
 def run(config, workdir: str, corpus_path: str, vocab, *, seq_len: int, steps: list[int],
@@ -21,8 +21,7 @@ def run(config, workdir: str, corpus_path: str, vocab, *, seq_len: int, steps: l
     from electra_tf.training import distribute  # pylint: disable=g-import-not-at-top
     from electra_tf.data import pipeline  # pylint: disable=g-import-not-at-top
 
-    if not steps or min(steps) < 0 or repeats < 1:
-        raise errors.UserError("--resume_steps must be >= 0, --resume_repeats >= 1")
+    settings.check_resume(steps=steps, repeats=repeats)
     with config.unlocked():
         if batch_size is not None:
             config.train.batch_size = batch_size

@@ -21,10 +21,10 @@ import time
 import keras
 import tensorflow as tf
 
-from electra_tf import errors
 from electra_tf import profiling
 from electra_tf.benchmark import host
 from electra_tf.benchmark import sample
+from electra_tf.benchmark import settings
 from electra_tf.benchmark import synthetic
 from electra_tf.data import masking
 from electra_tf.data import pipeline
@@ -40,10 +40,7 @@ def _real_data(config, workdir, real_data, vocab_file, vocab_size, corpus_copies
     """(files, vocab, data dir) of real TFRecords: `real_data`, or the sample corpus's."""
     seq_len = config.data.max_seq_length
     if real_data:
-        vocab_file = vocab_file or config.data.vocab_file
-        if not vocab_file:
-            raise errors.UserError("--real_data needs --vocab_file (the data's vocab.txt)")
-        vocab = tokenizer_lib.Vocab.load(vocab_file)
+        vocab = tokenizer_lib.Vocab.load(settings.real_data_vocab(vocab_file, config))
         return pipeline.resolve_files(real_data, seq_len, vocab), vocab, real_data
     corpus_path, vocab = sample.prepare(workdir, corpus_copies,
                                         vocab_size or SAMPLE_VOCAB_SIZE)
@@ -116,11 +113,9 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
     from electra_tf.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
 
     warmup, per_loop = warmup_steps, steps_per_loop
-    if batch_size < 1 or steps < 1 or warmup < 0 or per_loop < 1:
-        raise errors.UserError("--batch_size, --steps and --steps_per_loop must be "
-                               "positive, --warmup_steps not negative")
-    if input_batches < 1:
-        raise errors.UserError("--input_batches must be positive")
+    settings.check_training(batch_size=batch_size, steps=steps, warmup_steps=warmup,
+                            steps_per_loop=per_loop, input_batches=input_batches,
+                            peak_tflops=peak_tflops)
     with config.unlocked():
         config.train.batch_size = batch_size
         config.data.max_seq_length = seq_len
@@ -133,8 +128,6 @@ def run(config, *, workdir: str, seq_len: int, batch_size: int = 32, steps: int 
     strategy = distribute.get_strategy(config.runtime)
     distribute.local_batch_size(strategy, batch_size)  # the replicas must divide it
     memory.record("strategy")
-    if peak_tflops is not None and peak_tflops <= 0:
-        raise errors.UserError("--peak_tflops must be positive")
 
     # ---------------------------------------------------------------- data
     use_real = bool(real_data) or compare_data
