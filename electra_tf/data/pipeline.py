@@ -7,8 +7,8 @@
                 dynamic masking ─► prefetch
 
 With a seed, everything random is a function of it: the example order (record n of the
-stream is a function of (seed, n), `order.records`) and each batch's masks (stateless
-draws seeded by the seed, the input pipeline and the batch's index;
+stream is a function of (seed, n), `order.records`) and each step's masks (stateless
+draws seeded by the seed, the input pipeline and the step's index;
 `masking.mask_batch`). Batch i of a run is therefore the same bytes in every run with
 that seed, and a run that resumes at batch i reads at most one chunk and one shuffle
 block before it, whatever i is.
@@ -16,7 +16,10 @@ block before it, whatever i is.
 Under a `tf.distribute` strategy, pass the `tf.distribute.InputContext` that
 `distribute_datasets_from_function` gives: each pipeline reads its own chunks (or, with
 fewer chunks than pipelines, its own records; evaluation: its own files or records) and
-batches `global_batch_size / num_replicas_in_sync` examples for each replica.
+batches `global_batch_size / num_replicas_in_sync` examples for each replica. A
+pipeline masks the rows of one step (all its replicas' batches) together and then
+splits them, so its rows and masks do not depend on how many replicas it feeds: a run
+resumed on another number of replicas (on as many hosts) continues exactly.
 
 Before reading, the data is checked against what the run expects: every file must be
 listed in the `manifest.json` beside it, with the same `max_seq_length` and a vocab with
@@ -241,7 +244,8 @@ def pretraining_dataset(
     """Batches of masked examples for one input pipeline (see the module docstring).
 
     Training repeats and shuffles forever; evaluation reads each example at most once.
-    Both drop a last partial batch, so shapes stay static.
+    Both drop a last partial step (this pipeline's batches of one step), so shapes stay
+    static.
 
     seed: makes the example order and the masks deterministic (see the module
     docstring); None draws both afresh.
@@ -250,11 +254,17 @@ def pretraining_dataset(
     batch for batch). Nothing before it is read but the rest of its chunk and block.
     """
     batch_size = global_batch_size
-    num_pipelines, pipeline_id = 1, 0
+    num_pipelines, pipeline_id, replicas = 1, 0, 1
     if input_context is not None:
         batch_size = input_context.get_per_replica_batch_size(global_batch_size)
         num_pipelines = input_context.num_input_pipelines
         pipeline_id = input_context.input_pipeline_id
+        replicas, uneven = divmod(input_context.num_replicas_in_sync, num_pipelines)
+        if uneven:  # no strategy makes one; each element is then masked alone
+            replicas = 1
+    if skip_batches % replicas:
+        raise ValueError(f"`skip_batches` must be a whole number of steps of {replicas} "
+                         f"batches. Received: `skip_batches={skip_batches}`")
 
     if is_training:
         # Record n of this pipeline's stream is a function of (seed, n): starting at the
@@ -268,7 +278,8 @@ def pretraining_dataset(
                                 start=skip_batches * batch_size)
     else:
         dataset = _read_once(files, num_pipelines, pipeline_id)
-    dataset = dataset.batch(batch_size, drop_remainder=True)
+    # One step's rows of this pipeline (its replicas' batches) are masked together.
+    dataset = dataset.batch(batch_size * replicas, drop_remainder=True)
 
     if seed is None:
         @tf.autograph.experimental.do_not_convert
@@ -276,10 +287,10 @@ def pretraining_dataset(
             return masking.mask_batch(examples.parse(serialized, max_seq_length),
                                       masking_config)
     else:
-        # The masks of batch i are a pure function of (seed, pipeline, i): a resumed
-        # run, which starts after the batches it has trained on, masks the rest as before.
+        # The masks of step i are a pure function of (seed, pipeline, i): a resumed run,
+        # which starts after the steps it has trained on, masks the rest as before.
         stream = tf.constant([seed, 2 * pipeline_id + int(is_training)], tf.int64)
-        dataset = dataset.enumerate(start=skip_batches)
+        dataset = dataset.enumerate(start=skip_batches // replicas)
 
         @tf.autograph.experimental.do_not_convert
         def parse_and_mask(index, serialized):
@@ -289,6 +300,8 @@ def pretraining_dataset(
 
     dataset = dataset.map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=seed is not None)
+    if replicas > 1:
+        dataset = dataset.rebatch(batch_size, drop_remainder=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
@@ -369,6 +382,8 @@ def host_dataset(context: tf.distribute.InputContext, files, config, masking_con
     rows together are the step's B. A TPU v3-32 (4 hosts of 8 cores) at B = 1024: 32
     rows per element, 8 elements (256 rows) per host per step. A run resumed at step s
     starts each host at its element s · N / H, found by arithmetic (data/order.py).
+    A host masks its B / H rows of a step together and then splits them into its
+    replicas' elements, so the rows and masks of a step do not depend on N.
     Each host reads its own chunks of the shards (its own records where there are
     fewer chunks than hosts), so no two hosts train on the same example in an epoch.
     """

@@ -207,29 +207,23 @@ def layouts(saved: dict, step: int, layout: dict) -> list:
 
 def warn_if_other_layout(workdir, saved: dict, layout: dict, step: int,
                          restored: str) -> None:
-    """Resuming on another layout ({"input_pipelines": H, "replicas": N}) than the one
+    """Resuming on other hosts ({"input_pipelines": H, "replicas": N}) than the ones
     that trained the checkpoint restored (`restored`, at `step`; `layout_of` the run's
-    config.json as it was, `saved`) is allowed, and said. Each host reads its own
-    chunks of the data (data/order.py) and masks its replicas' batches by their index:
-    the run continues batch for batch only on the hosts and replicas that trained it.
-    On other hosts the examples a host reads from here differ (until the epoch ends,
-    some come again and others wait); on other replicas alone, their masks."""
+    config.json as it was, `saved`) is allowed, and said: each host reads its own chunks
+    of the data (data/order.py), so on other hosts the examples a host reads from here
+    differ (until the epoch ends, some come again and others wait). Other replicas on as
+    many hosts continue exactly (a host masks its rows of a step together), unsaid."""
     before = layout_of(saved, step)
-    if before is None or before == layout:
+    if before is None or before["input_pipelines"] == layout["input_pipelines"]:
         return
     was = (f"{before['input_pipelines']} input pipeline(s) (hosts) and "
            f"{before['replicas']} replica(s)")
     now = f"{layout['input_pipelines']} and {layout['replicas']}"
-    if before["input_pipelines"] != layout["input_pipelines"]:
-        change = ("each host reads another share of the data, so until this epoch ends "
-                  "some examples are read again and others later than in an "
-                  "uninterrupted run")
-    else:
-        change = ("the examples continue in order, but their masks differ from an "
-                  "uninterrupted run's")
-    logging.warning("The run in %s trained %s with %s and goes on with %s: from there %s "
-                    "(resume with %s to continue it exactly)", workdir,
-                    os.path.basename(restored), was, now, change, was)
+    logging.warning("The run in %s trained %s with %s and goes on with %s: from there each "
+                    "host reads another share of the data, so until this epoch ends some "
+                    "examples are read again and others later than in an uninterrupted run "
+                    "(resume with %s input pipeline(s) to continue it exactly)", workdir,
+                    os.path.basename(restored), was, now, before["input_pipelines"])
 
 
 def _flat(d: dict, prefix: str = "") -> dict:

@@ -116,7 +116,8 @@ def test_each_host_reads_its_own_share_and_resumes_where_it_stopped(data):
     (`host_dataset` under their InputContext). Each element is one replica's B / (H·R)
     rows, a step takes R elements per host (B rows across the hosts), the hosts never
     read the same example, and a host resumed at step s gives its elements from s·R on,
-    as the run that did not stop."""
+    as the run that did not stop. A host masks its rows of a step together: on one
+    replica per host, its elements are its two replicas' together, masks and all."""
     from configs import electra as electra_configs  # pylint: disable=g-import-not-at-top
     vocab, directory = data
     files = pipeline.resolve_files(directory, SEQ, vocab)
@@ -125,7 +126,7 @@ def test_each_host_reads_its_own_share_and_resumes_where_it_stopped(data):
     config.data.max_seq_length, config.train.batch_size, config.train.seed = SEQ, 8, 3
     hosts, replicas, steps = 2, 2, 3
 
-    def elements(host, step, count):
+    def elements(host, step, count, replicas=replicas):
         context = tf.distribute.InputContext(num_input_pipelines=hosts,
                                              input_pipeline_id=host,
                                              num_replicas_in_sync=hosts * replicas)
@@ -143,6 +144,10 @@ def test_each_host_reads_its_own_share_and_resumes_where_it_stopped(data):
         resumed = elements(host, 2, replicas)
         for got, want in zip(resumed, streams[host][2 * replicas:]):  # masks too
             np.testing.assert_array_equal(np.stack(got), np.stack(want))
+        alone = elements(host, 1, steps - 1, replicas=1)  # steps 1 and 2, on one replica
+        for got, step in zip(alone, range(1, steps)):
+            want = streams[host][step * replicas:(step + 1) * replicas]
+            np.testing.assert_array_equal(np.stack(got), np.concatenate(want, axis=1))
 
 
 @pytest.mark.parametrize("num_pipelines", [2, 5])  # 3 files: by file, then by record

@@ -23,16 +23,20 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SEQ = 32
 RTOL = 1e-5  # one device vs mirrored: see the first test
 
-# One fixed global batch through `Trainer.loss_and_gradients` under one strategy.
-# argv: strategy, cpu_devices, out.npz, out.json.
+# One fixed global batch through `Trainer.loss_and_gradients` under one strategy, and
+# the input pipeline's first steps under it. argv: strategy, cpu_devices, out.npz,
+# out.json, data directory (its vocab.txt one level up).
 _STRATEGY_SCRIPT = r'''
 import importlib.util, json, os, sys
 import numpy as np
 import tensorflow as tf
 from electra_tf import errors
+from electra_tf.data import pipeline
+from electra_tf.text import tokenizer
 from electra_tf.training import distribute, trainer as trainer_lib
 
-strategy_name, cpu_devices, out_npz, out_json = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+strategy_name, cpu_devices, out_npz, out_json, data = sys.argv[1:6]
+cpu_devices = int(cpu_devices)
 spec = importlib.util.spec_from_file_location(
     "electra_config", os.path.join(os.getcwd(), "configs", "electra.py"))
 module = importlib.util.module_from_spec(spec)
@@ -90,9 +94,20 @@ for mine, theirs in zip(accumulating.model.variables, trainer.model.variables):
     mine.assign(theirs)
 acc_loss, acc_grads = accumulating.loss_and_gradients(distributed(list(range(replicas))), STEP)
 config.train.accumulation_steps = 1
+
+# The pipeline's global batches of steps 2 and 3 (a resume at step 2) under the strategy:
+# each replica's rows and masks in global order.
+vocab = tokenizer.Vocab.load(os.path.join(os.path.dirname(data), "vocab.txt"))
+masking = pipeline.masking_config_for(vocab, SEQ)
+iterator = iter(pipeline.distributed_dataset(
+    strategy, pipeline.resolve_files(data, SEQ, vocab), config, masking, True, step=2))
+steps = [next(iterator) for _ in range(2)]
+piped = {k: np.stack([np.concatenate(strategy.experimental_local_results(b[k]))
+                      for b in steps]) for k in ("input_ids", "masked_input_ids")}
 np.savez(out_npz, loss=np.asarray(loss), acc_loss=np.asarray(acc_loss),
          **{f"grad_{i:03d}": np.asarray(g) for i, g in enumerate(grads)},
-         **{f"acc_grad_{i:03d}": np.asarray(g) for i, g in enumerate(acc_grads)})
+         **{f"acc_grad_{i:03d}": np.asarray(g) for i, g in enumerate(acc_grads)},
+         **{f"pipeline_{k}": v for k, v in piped.items()})
 
 # The loop inside XLA (`Trainer._replica_loop`, given uncompiled, as TPUStrategy is
 # given it) against the loop of one launch a step: 3 steps at 2 a loop, on 4 distinct
@@ -180,6 +195,8 @@ def strategy_runs(tmp_path_factory):
     directory = tmp_path_factory.mktemp("strategies")
     script = directory / "run_strategy.py"
     script.write_text(_STRATEGY_SCRIPT)
+    data = helpers.make_data(str(directory), helpers.write_vocab(str(directory)),
+                             max_seq_length=SEQ)
     runs = {"one_device": 0, "mirrored": 2}
     procs, logs = [], []
     for name, cpu_devices in runs.items():
@@ -187,7 +204,7 @@ def strategy_runs(tmp_path_factory):
         with open(log, "w") as out:
             procs.append(subprocess.Popen(
                 [sys.executable, str(script), name, str(cpu_devices),
-                 str(directory / f"{name}.npz"), str(directory / f"{name}.json")],
+                 str(directory / f"{name}.npz"), str(directory / f"{name}.json"), data],
                 cwd=REPO, env=helpers.child_env(), stdout=out, stderr=subprocess.STDOUT))
         logs.append(log)
     _wait_all(procs, logs, timeout=600)
@@ -222,6 +239,17 @@ def test_mirrored_over_two_cpus_gives_the_one_device_loss_and_gradients(strategy
         # each machine (this failed on one CI machine without it).
         np.testing.assert_allclose(mirrored[key], one[key], rtol=RTOL,
                                    atol=RTOL * scale + 1e-9, err_msg=name)
+
+
+def test_the_pipeline_gives_two_replicas_one_devices_rows_and_masks(strategy_runs):
+    """Each host masks its rows of a step together and splits them among its replicas:
+    a run resumed on another number of replicas reads and masks as it would have."""
+    one, mirrored = strategy_runs["one_device"][0], strategy_runs["mirrored"][0]
+    for key in ("pipeline_input_ids", "pipeline_masked_input_ids"):
+        assert one[key].shape == (2, 4, SEQ), key
+        np.testing.assert_array_equal(mirrored[key], one[key], err_msg=key)
+    assert (one["pipeline_masked_input_ids"] != one["pipeline_input_ids"]).any()
+    assert not np.array_equal(*one["pipeline_input_ids"])  # two steps, two batches
 
 
 @pytest.mark.parametrize("name", ["one_device", "mirrored"])
