@@ -1,14 +1,15 @@
 r"""Exports a run as a SavedModel for TF Serving: a pre-training run's discriminator, or a
 fine-tuning run's model (its best checkpoint, as the run itself exports it: a GLUE
-classifier, a SQuAD question answerer).
+classifier, a SQuAD question answerer, a token tagger).
 
   python tools/export_savedmodel.py --workdir=RUN --output=MODEL_BASE/1 \
       [--checkpoint=RUN/checkpoints/ckpt-N] [--max_seq_length=N] [--lower_case=true|false]
       [--vocab_file=vocab.txt]
 
 Writes TF Serving's layout (`MODEL_BASE/<version>/saved_model.pb`, `variables/`,
-`assets/vocab.txt`, `assets.extra/tf_serving_warmup_requests`). The signatures and their
-inputs and outputs are listed in electra_tf/serving/export.py and docs/serving.md.
+`assets.extra/tf_serving_warmup_requests`, and `assets/vocab.txt` for a pre-training run
+or a GLUE classifier). The signatures and their inputs and outputs are listed in
+electra_tf/serving/export.py and docs/serving.md.
 """
 
 from electra_tf import cli
@@ -34,8 +35,9 @@ _MAX_SEQ_LENGTH = flags.DEFINE_integer(
 _VOCAB_FILE = flags.DEFINE_string(
     "vocab_file", None, "The vocab to tokenize with (default: the run's vocab.txt; same size).")
 _LOWER_CASE = flags.DEFINE_boolean(
-    "lower_case", None, "Lower-case and strip accents before WordPiece (default: what the "
-    "training data's manifest says, else true).")
+    "lower_case", None, "Lower-case and strip accents before WordPiece (default: the "
+    "run's: its training data's casing, recorded in its config.json; a fine-tuning run's "
+    "pre-trained model's; a converted run's source's; else true).")
 
 
 def main(argv):

@@ -48,8 +48,9 @@ _CHECKPOINT = flags.DEFINE_string("checkpoint", None,
                                   "A checkpoint prefix (default: the run's latest).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Rows per forward pass.", lower_bound=1)
 _LOWER_CASE = flags.DEFINE_boolean(
-    "lower_case", None, "Lower-case and strip accents before WordPiece (default: what the "
-    "training data's manifest says, else true).")
+    "lower_case", None, "Lower-case and strip accents before WordPiece (default: the "
+    "run's: its training data's casing, recorded in its config.json; a converted run's "
+    "source's; else true).")
 
 
 def check_flags() -> None:

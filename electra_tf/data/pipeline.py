@@ -159,6 +159,29 @@ def load_manifest(directory: str) -> dict | None:
     return manifest
 
 
+def lower_case_of_data(train_files: str) -> bool | None:
+    """Whether the text of `train_files` (comma-separated directories, manifests or
+    globs) was lower-cased and stripped of accents, by the first manifest that says;
+    None where none does (data from other tools, or data no longer there)."""
+    for part in str(train_files).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if tf.io.gfile.isdir(part):
+            directory = part
+        elif part.endswith(writer.MANIFEST):
+            directory = os.path.dirname(part)
+        else:
+            matches = tf.io.gfile.glob(part)
+            if not matches:
+                continue
+            directory = os.path.dirname(matches[0])
+        manifest = load_manifest(directory)
+        if manifest and "tokenizer" in manifest:
+            return bool(manifest["tokenizer"]["lower_case_nfd_strip_accents"])
+    return None
+
+
 def _check_manifest(directory, files, max_seq_length, vocab):
     manifest = load_manifest(directory)
     if manifest is None:  # shards made elsewhere, e.g. by the original ELECTRA

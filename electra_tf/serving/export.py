@@ -72,7 +72,6 @@ from electra_tf import progress
 from electra_tf import workdir as workdir_lib
 from electra_tf.data import masking
 from electra_tf.data import pipeline
-from electra_tf.data import writer
 from electra_tf.model import objectives
 from electra_tf.model import pretrainer
 from electra_tf.text import packer as packer_lib
@@ -157,31 +156,23 @@ def load_run(workdir: str, checkpoint: str | None = None, vocab_file: str | None
 
 def lower_case_of(config, default: bool | None = True, workdir: str | None = None):
     """The normalisation the run's text goes through: the one its training data was made
-    with (the manifest of config.data.train_files, named by directory, manifest or glob),
-    else, for a converted run (`workdir`'s converted.json), its source's, else `default`."""
-    for part in str(config.data.train_files).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if tf.io.gfile.isdir(part):
-            directory = part
-        elif part.endswith(writer.MANIFEST):
-            directory = os.path.dirname(part)
-        else:
-            matches = tf.io.gfile.glob(part)
-            if not matches:
-                continue
-            directory = os.path.dirname(matches[0])
-        manifest = pipeline.load_manifest(directory)
-        if manifest and "tokenizer" in manifest:
-            return bool(manifest["tokenizer"]["lower_case_nfd_strip_accents"])
+    with (recorded in `workdir`'s config.json when it trained; for a run of an earlier
+    version, the manifest of config.data.train_files if it is still there), else, for a
+    converted run (`workdir`'s converted.json), its source's, else `default`."""
+    saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG) if workdir else None
+    if saved and saved.get("lower_case") is not None:
+        return bool(saved["lower_case"])
+    data = pipeline.lower_case_of_data(config.data.train_files)
+    if data is not None:
+        return data
     converted = workdir_lib.read_json(workdir, workdir_lib.CONVERTED) if workdir else None
     if converted and converted.get("lower_case") is not None:
         return bool(converted["lower_case"])
     if default is not None:
-        logging.warning("Neither the training data's manifest (config.data.train_files) nor "
-                        "a converted.json says whether the vocab is cased: assuming "
-                        "lower_case=%s; pass --lower_case if it is cased", default)
+        logging.warning("Neither the run's config.json, the training data's manifest "
+                        "(config.data.train_files) nor a converted.json says whether the "
+                        "vocab is cased: assuming lower_case=%s; pass --lower_case if it is "
+                        "cased", default)
     return default
 
 

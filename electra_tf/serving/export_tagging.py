@@ -10,7 +10,9 @@ evaluation runs in the graph.
                        probability), num_entities [B] int32; per word (padded to W):
                        words [B, W] string, tags [B, W] string ("" padding)
     words            words [B, W] string (pre-split, "" pads a row) → tags [B, W] string,
-                     tag_score [B, W] float32 (the tag's probability; "" and 0 at padding)
+                     tag_score [B, W] float32 (the probability of the label the model
+                     chose, also where the entities' tags are rewritten in the data's
+                     scheme, e.g. an I- that starts an entity as B-; "" and 0 at padding)
 
     text ─► words: tf.text's pre-tokens with their byte offsets (whitespace and
        punctuation split, as BERT's basic tokenizer: a word is a piece that is not a

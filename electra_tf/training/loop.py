@@ -148,9 +148,14 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         logs = workdir_lib.path(workdir, workdir_lib.LOGS)
         train_logs = workdir_lib.logs(workdir, workdir_lib.TRAIN_LOGS)
         if chief:
+            # The data's casing, for export, fine-tuning and scoring wherever they run
+            # (the data may not be there then).
+            lower_case = pipeline.lower_case_of_data(config.data.train_files)
             workdir_lib.write_json(workdir, workdir_lib.CONFIG, {
                 **config.to_dict(), "data_order": order.VERSION,
-                "layouts": checkpointing.layouts(saved_config, step, layout)})
+                "layouts": checkpointing.layouts(saved_config, step, layout),
+                "lower_case": saved_config.get("lower_case") if lower_case is None
+                else lower_case})
             workdir_lib.copy_vocab(workdir, config.data.vocab_file)
             train_writer = tf.summary.create_file_writer(train_logs)
             eval_writer = tf.summary.create_file_writer(

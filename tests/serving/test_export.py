@@ -218,9 +218,10 @@ def test_readme_rest_and_grpc_requests_run_through_the_signature(exported):
 
 
 def test_lower_case_is_the_datas_however_train_files_names_it(tmp_path, monkeypatch):
-    """A cased run exports cased: its manifest is read whether train_files names the
-    directory, the manifest or a glob of the shards; a converted run (no train_files)
-    has its source's setting; with neither, the default, said in the log."""
+    """A cased run exports cased: the casing its config.json recorded when it trained,
+    else its manifest, read whether train_files names the directory, the manifest or a
+    glob of the shards; a converted run (no train_files) has its source's setting; with
+    none of them, the default, said in the log."""
     from configs import electra as electra_configs  # pylint: disable=g-import-not-at-top
     from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
     from electra_tf.data import writer  # pylint: disable=g-import-not-at-top
@@ -240,5 +241,8 @@ def test_lower_case_is_the_datas_however_train_files_names_it(tmp_path, monkeypa
     run = str(tmp_path / "converted")
     workdir_lib.write_json(run, workdir_lib.CONVERTED, {"lower_case": False})
     assert export.lower_case_of(config, workdir=run) is False and not warnings
+    # What a run's config.json recorded when it trained comes first: the data's casing.
+    workdir_lib.write_json(run, workdir_lib.CONFIG, {"lower_case": True})
+    assert export.lower_case_of(config, workdir=run) is True and not warnings
     assert export.lower_case_of(config, workdir=str(tmp_path)) is True
     assert "assuming lower_case=True" in warnings[0][0] % warnings[0][1:]

@@ -1,6 +1,7 @@
 """A generator you already have (training/generator_init.py), frozen or trained, and the
 sampling temperature's schedule."""
 
+import json
 import os
 import subprocess
 
@@ -136,6 +137,9 @@ def test_a_frozen_random_generator_is_said_in_the_log(data, tmp_path, monkeypatc
     monkeypatch.setattr(loop.logging, "warning", lambda *args: warnings.append(args))
     loop.train_and_evaluate(config, str(tmp_path / "run"))
     assert (generator_init.FROZEN_AT_RANDOM,) in warnings
+    # The data's casing is kept with the run, for an export where the data is not.
+    with open(tmp_path / "run" / "config.json", encoding="utf-8") as f:
+        assert json.load(f)["lower_case"] is True
     # The same command again: the run is at config.train.steps, which the log says.
     assert loop.train_and_evaluate(config, str(tmp_path / "run")) == {}
     assert any("nothing to train (raise config.train.steps" in args[0]
