@@ -100,6 +100,26 @@ def restore(trainer, checkpoint, directory) -> str | None:
     return path
 
 
+def forget_newer(directory: str, restored: str) -> None:
+    """Lists no checkpoint newer than `restored` (the one `restore` fell back to) in the
+    state file of `directory`; their files stay until a save of the same step replaces
+    them. A `tf.train.CheckpointManager` made afterwards starts from `restored`, as TF's
+    multi-worker preemption handler does: it restores its manager's newest checkpoint
+    when it is made, which would be the damaged one again."""
+    state = tf.train.get_checkpoint_state(directory)
+    paths = list(state.all_model_checkpoint_paths)
+    times = list(state.all_model_checkpoint_timestamps)
+    full = [p if workdir_lib.is_absolute(p) else os.path.join(directory, p) for p in paths]
+    kept = full.index(restored) + 1 if restored in full else len(paths)
+    logging.warning("The state file of %s lists %s as the newest checkpoint from now on (%s "
+                    "cannot be read)", directory, os.path.basename(restored),
+                    ", ".join(os.path.basename(p) for p in full[kept:]) or "the newest")
+    tf.compat.v1.train.update_checkpoint_state(
+        directory, restored, all_model_checkpoint_paths=paths[:kept] or [restored],
+        all_model_checkpoint_timestamps=times[:kept] if len(times) == len(paths) else None,
+        last_preserved_timestamp=state.last_preserved_timestamp)
+
+
 def _warn_if_fresh_generator(workdir, model):
     """A workdir converted from a discriminator alone (its converted.json, written by
     tools/convert_checkpoint.py) has a generator of fresh weights: say so."""

@@ -104,8 +104,8 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         # ---- checkpoint (resume). The order matters:
         # 1. the variables exist (the Trainer built model and optimizer in the strategy's
         #    scope), so that the restore assigns them all now, slots included;
-        # 2. the newest readable checkpoint is restored (a damaged one is skipped; a
-        #    converted one holds the step and the model only);
+        # 2. the newest readable checkpoint is restored (a damaged one is skipped, and
+        #    the chief lists it no more; a converted one holds the step and the model);
         # 3. the algorithm checks what it restored (two_stage's switch step);
         # 4. a run at step 0 takes config.model.generator_init's generator (resumed, the
         #    checkpoint holds it);
@@ -120,11 +120,16 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
             if tf.io.gfile.exists(checkpoint_dir):
                 tf.io.gfile.rmtree(checkpoint_dir)
         checkpoint = checkpointing.checkpoint_of(trainer)
+        listed = checkpointing.listed_checkpoints(workdir_lib.checkpoints(workdir))
+        restored = checkpointing.restore(trainer, checkpoint,
+                                         workdir_lib.checkpoints(workdir))
+        if chief and restored and restored != listed[-1]:  # fell back past damaged ones
+            checkpointing.forget_newer(checkpoint_dir, restored)
+        # Made after that: it (and TF's multi-worker preemption handler, which restores
+        # its newest checkpoint) starts from the one restored.
         manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir,
                                              max_to_keep=config.train.keep_checkpoints,
                                              step_counter=trainer.step)
-        restored = checkpointing.restore(trainer, checkpoint,
-                                         workdir_lib.checkpoints(workdir))
         trainer.algorithm.check_restored(workdir)
         step = int(trainer.step.numpy())
         # The hosts and replicas (another layout than the restored checkpoint's is said).

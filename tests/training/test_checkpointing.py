@@ -65,6 +65,16 @@ def test_the_newest_readable_checkpoint_is_restored_past_a_damaged_one(tmp_path,
     np.testing.assert_array_equal(run.model.kernel.numpy(), [2.0, -2.0])
     assert any(r.getMessage().startswith(f"Cannot read checkpoint {directory}/ckpt-3")
                for r in caplog.records), caplog.text
+    # Listed no more (its files stay): a manager made now, as TF's multi-worker
+    # preemption handler is given, restores ckpt-2 rather than the damaged one.
+    checkpointing.forget_newer(directory, path)
+    assert checkpointing.listed_checkpoints(directory) == [
+        os.path.join(directory, f"ckpt-{step}") for step in (1, 2)]
+    assert glob.glob(os.path.join(directory, "ckpt-3.*"))
+    run = _Run()
+    manager = tf.train.CheckpointManager(checkpointing.checkpoint_of(run), directory,
+                                         max_to_keep=None)
+    assert manager.restore_or_initialize() == path and int(run.step.numpy()) == 2
 
 
 def test_restore_newest_any_checkpoint(tmp_path):
