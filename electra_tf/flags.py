@@ -31,14 +31,16 @@ def check_output_path(flag: str, path: str, directory: bool = False,
     """Raises `UserError` naming `--flag=path` if the tool could not write there: a
     directory where a file goes, a file where a directory goes, a file on the way to it,
     or a folder it may not write in; with `overwrite` False, a file already there (on a
-    URL, the one check made there: through TF's file system, imported then). Missing
-    folders are fine (the tools make them).
+    URL, the one check made there: through TF's file system, imported then), or an empty
+    path. Missing folders are fine (the tools make them).
 
     >>> check_output_path("output", "/")
     Traceback (most recent call last):
     ...
     electra_tf.errors.UserError: --output=/: a directory; give the path of a file
     """
+    if not path.strip():  # else the checks below look at the parent of the current folder
+        raise errors.UserError(f"--{flag}={path!r}: empty; give a path")
     exists = errors.UserError(f"--{flag}={path} exists; pass --overwrite to replace it or "
                               f"choose another --{flag}")
     if "://" in path:  # gs:// and other remote file systems answer for themselves

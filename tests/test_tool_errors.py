@@ -98,6 +98,9 @@ CASES = {
         "convert_checkpoint.py", ["--from=electra_tf", "--to=hf", "--input={w}/data",
                                   "--output={w}/data"],
         ["--output={w}/data: exists and is not empty; choose a new --output"], ["data"]),
+    "convert_empty_output": (  # not the parent of the current folder, nor ./..tmp
+        "convert_checkpoint.py", ["--from=tf1", "--to=hf", "--input={w}/data", "--output="],
+        ["--output='': empty; give a path"], ["data"]),
     "convert_no_input": (
         "convert_checkpoint.py", ["--from=tf1", "--to=hf", "--input={w}/no_ckpt",
                                   "--output={w}/hf"],
@@ -183,6 +186,7 @@ BEFORE_TENSORFLOW = ("export_under_a_file", "sample_corpus_under_a_file",
                      "data_no_shards", "data_output_is_a_file", "reranking_set_exists",
                      "reranking_set_to_a_directory", "reranking_set_no_input",
                      "convert_under_a_file", "convert_into_a_full_directory",
+                     "convert_empty_output",
                      "convert_no_input", "convert_heads_of_hf_input",
                      "convert_casing_of_keras_hub",
                      "benchmark_workdir_is_a_file", "benchmark_no_batch",
@@ -263,6 +267,9 @@ def test_check_output_path(tmp_path):
     common_flags.check_output_path("output", str(tmp_path / "new" / "deeper" / "vocab.txt"))
     common_flags.check_output_path("output_dir", str(tmp_path), directory=True)
     common_flags.check_output_path("output", "gs://bucket/vocab.txt")  # not checked here
+    for empty in ("", "  "):
+        with pytest.raises(errors.UserError, match=f"^--output='{empty}': empty; give a path$"):
+            common_flags.check_output_path("output", empty, directory=True)
     with pytest.raises(errors.UserError, match="^--output=.*: a directory"):
         common_flags.check_output_path("output", str(tmp_path))
     with pytest.raises(errors.UserError, match="^--output_dir=.*: a file, not a directory"):

@@ -40,6 +40,8 @@ def new_directory(path: str):
     """Yields a temporary directory (`workdir.aside`: DIR/.NAME.tmp) that becomes `path`
     when the block succeeds (removed if it fails): a crash never leaves a half-written
     checkpoint at `path`. `path` may be a URL (gs://)."""
+    if os.path.basename(path.rstrip("/")) in ("", ".", ".."):  # no name to set aside
+        raise table.ConversionError(f"--output={path!r}: give the path of a new directory")
     if (tf.io.gfile.isdir(path) and tf.io.gfile.listdir(path)
             or tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)):
         raise table.ConversionError(f"{path}: exists and is not empty; choose a new "
@@ -49,9 +51,9 @@ def new_directory(path: str):
     tf.io.gfile.makedirs(tmp)
     try:
         yield tmp
+        if tf.io.gfile.isdir(path):
+            tf.io.gfile.rmtree(path)  # empty
+        workdir_lib.rename_folder(tmp, path)
     except BaseException:
         _remove(tmp)
         raise
-    if tf.io.gfile.isdir(path):
-        tf.io.gfile.rmtree(path)  # empty
-    workdir_lib.rename_folder(tmp, path)

@@ -7,7 +7,8 @@
 ElectraForPreTraining directory (a discriminator alone), of any shape: config.json says
 the dimensions, the tensors say the weight sharing (HF stores copies: equal embedding,
 and encoder, tensors mean tie=embeddings, and all). The names and transposes are
-`hf_name`'s; only safetensors files are read.
+`hf_name`'s; only safetensors files are read (bfloat16 ones widen to float32,
+exactly).
 
 >>> hf_name("electra/encoder/layer_3/attention/output/LayerNorm/gamma")
 ('electra.encoder.layer.3.attention.output.LayerNorm.weight', False)
@@ -15,6 +16,7 @@ and encoder, tensors mean tie=embeddings, and all). The names and transposes are
 ('electra.embeddings_project.weight', True)
 """
 
+import json
 import os
 import re
 
@@ -154,6 +156,7 @@ def _read_config(directory: str) -> dict:
 
 
 def _load(directory: str) -> tuple[str, dict]:
+    import safetensors  # pylint: disable=g-import-not-at-top
     from safetensors import numpy as safetensors_np  # pylint: disable=g-import-not-at-top
     path = os.path.join(directory, WEIGHTS_FILE)
     if not tf.io.gfile.exists(path):
@@ -161,7 +164,61 @@ def _load(directory: str) -> tuple[str, dict]:
             f"{path}: not found (only safetensors files are read; save a PyTorch model "
             "with save_pretrained(safe_serialization=True))")
     with tf.io.gfile.GFile(path, "rb") as f:  # a URL too (gs://), so not `load_file`
-        return path, safetensors_np.load(f.read())
+        data = f.read()
+    try:
+        return path, safetensors_np.load(data)
+    except (safetensors.SafetensorError, KeyError) as e:  # KeyError: a dtype numpy lacks
+        return path, _read_safetensors(path, data, e)
+
+
+# safetensors dtypes → little-endian numpy ones; BF16 is read as its raw 16 bits.
+_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8",
+           "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
+
+
+def _read_safetensors(path: str, data: bytes, error: Exception) -> dict:
+    """The arrays of `data`, a safetensors file that safetensors' numpy loader refused
+    (`error`): one holding bfloat16, which numpy lacks, is read here (a bfloat16's bits
+    are a float32's top half); anything else is a `ConversionError` saying what is wrong.
+    The layout: an 8-byte little-endian header size, a JSON header {name: {dtype, shape,
+    data_offsets}}, then the tensors' bytes (offsets count from there)."""
+    if data.startswith(b"version https://git-lfs"):
+        raise table.ConversionError(f"{path}: a git-lfs pointer, not the weights; run "
+                                    "`git lfs pull` in the clone (or clone with git-lfs "
+                                    "installed)")
+    size = int.from_bytes(data[:8], "little")
+    try:
+        header = json.loads(data[8:8 + size]) if 8 < 8 + size <= len(data) else None
+    except ValueError:
+        header = None
+    entries = [e for k, e in header.items() if k != "__metadata__"] if isinstance(
+        header, dict) else []
+    if not any(isinstance(e, dict) and e.get("dtype") == "BF16" for e in entries):
+        if isinstance(error, KeyError):
+            raise table.ConversionError(f"{path}: holds {error.args[0]} tensors, which are "
+                                        "not read here; save the model as float32")
+        raise table.ConversionError(f"{path}: not a readable safetensors file ({error})")
+    body = memoryview(data)[8 + size:]
+    arrays = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = entry.get("dtype") if isinstance(entry, dict) else None
+        if dtype not in _DTYPES:
+            raise table.ConversionError(f"{path}: tensor {name} is {dtype}, which is not "
+                                        "read here; save the model as float32")
+        try:
+            begin, end = entry["data_offsets"]
+            if not 0 <= begin <= end <= len(body):
+                raise ValueError
+            array = np.frombuffer(body[begin:end], _DTYPES[dtype]).reshape(entry["shape"])
+        except (KeyError, TypeError, ValueError):
+            raise table.ConversionError(f"{path}: tensor {name} does not match its header "
+                                        "(a truncated or damaged file?)") from None
+        if dtype == "BF16":  # the bits as a float32's top half: exact
+            array = (array.astype("uint32") << 16).view("float32")
+        arrays[name] = array.astype(array.dtype.newbyteorder("="))
+    return arrays
 
 
 def _size(config: dict) -> sizes.EncoderSize:

@@ -65,6 +65,11 @@ def _prefix(path: str) -> str:
     return path
 
 
+def _unreadable(prefix: str, error: Exception) -> table.ConversionError:
+    return table.ConversionError(f"{prefix}: not a readable checkpoint "
+                                 f"({' '.join(str(error).split())[:300]})")
+
+
 def _encoder_dims(shapes, scope, source):
     """(hidden, layers, intermediate) of the TF1 encoder under `scope`."""
     layers = 0
@@ -91,7 +96,10 @@ class TF1(formats.Format):
         """The original ELECTRA's pre-training checkpoint (`electra/`, `generator/`,
         `*_predictions/`) of any shape; optimizer slots and `global_step` are ignored."""
         prefix = _prefix(path)
-        reader = tf.train.load_checkpoint(prefix)
+        try:
+            reader = tf.train.load_checkpoint(prefix)
+        except tf.errors.OpError as e:  # a damaged .index: "not an sstable", "too short"
+            raise _unreadable(prefix, e) from None
         shapes = reader.get_variable_to_shape_map()
         word = "electra/embeddings/word_embeddings"
         if word not in shapes:
@@ -135,7 +143,11 @@ class TF1(formats.Format):
             if name not in shapes:
                 raise table.ConversionError(f"{prefix}: no tensor {name}")
             table.check_shape(prefix, name, shapes[name], shape)
-            return np.asarray(reader.get_tensor(name), "float32")
+            try:
+                return np.asarray(reader.get_tensor(name), "float32")
+            except (tf.errors.OpError, IndexError) as e:  # a missing or cut data file
+                # (cut: "Read less bytes than requested", an IndexError)
+                raise _unreadable(prefix, e) from None
 
         tensors = {slot.name: tensor(slot.name, slot.shape)
                    for slot in table.expected_slots(spec)}

@@ -144,11 +144,10 @@ def load_run(workdir: str, checkpoint: str | None = None, vocab_file: str | None
                                    f"run was trained with {trained} ({run_vocab})")
     model.build_for(config.data.max_seq_length, masking.max_predictions_per_seq(
         config.data.mask_prob, config.data.max_seq_length))
-    try:
+    try:  # a damaged .index raises a plain OpError ("not an sstable"), no subclass of it
         status = tf.train.Checkpoint(model=model).read(path)
         status.expect_partial().assert_existing_objects_matched()
-    except (tf.errors.NotFoundError, tf.errors.DataLossError, AssertionError,
-            ValueError) as e:
+    except (tf.errors.OpError, AssertionError, ValueError) as e:
         raise errors.UserError(f"{path}: cannot restore the model "
                                f"({' '.join(str(e).split())[:300]})") from None
     return config, vocab, model, path

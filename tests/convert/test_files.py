@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from electra_tf import workdir as workdir_lib
 from electra_tf.convert import files
 from electra_tf.convert import hf
 from electra_tf.convert import table
@@ -34,3 +35,24 @@ def test_a_leftover_temporary_output_does_not_stop_a_conversion(tmp_path):
         with files.new_directory(str(output)) as directory:
             (tmp_path / directory / "config.json").write_text("{}")
         assert os.listdir(output) == ["config.json"] and not tmp.exists()
+
+
+def test_a_failed_rename_leaves_no_temporary_output(tmp_path, monkeypatch):
+    def fail(source, target, last=None):
+        raise OSError("disk full")
+    monkeypatch.setattr(workdir_lib, "rename_folder", fail)
+    with pytest.raises(OSError, match="disk full"):
+        with files.new_directory(str(tmp_path / "out")) as directory:
+            (tmp_path / directory / "config.json").write_text("{}")
+    assert os.listdir(tmp_path) == []  # no out, no .out.tmp
+
+
+def test_an_output_without_a_name_is_refused(tmp_path, monkeypatch):
+    """"" would write ./..tmp, then fail to rename it to ""."""
+    monkeypatch.chdir(tmp_path)
+    for path in ("", ".", "..", "a/.."):
+        with pytest.raises(table.ConversionError, match=f"^--output='{path}': give the "
+                           "path of a new directory$"):
+            with files.new_directory(path):
+                pass
+    assert os.listdir(tmp_path) == []

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+import safetensors
 from safetensors import numpy as safetensors_np
 
 from electra_tf.convert import hf
@@ -129,3 +130,55 @@ def test_hf_config_error_names_the_file_and_the_key(weights, tmp_path, changes, 
     with pytest.raises(table.ConversionError) as e:
         hf.HuggingFace().read(out)
     assert str(e.value) == f"{os.path.join(out, 'discriminator', 'config.json')}: {message}"
+
+
+def _bfloat16_file(arrays) -> bytes:
+    """safetensors bytes of float32 `arrays` cut to bfloat16 (their top 16 bits), laid out
+    by hand: numpy, so safetensors.numpy, has no bfloat16."""
+    header, data = {}, b""
+    for name, array in arrays.items():
+        bits = (np.ascontiguousarray(array, "<f4").view("<u4") >> 16).astype("<u2")
+        header[name] = {"dtype": "BF16", "shape": list(array.shape),
+                        "data_offsets": [len(data), len(data) + bits.nbytes]}
+        data += bits.tobytes()
+    text = json.dumps(header).encode()
+    return len(text).to_bytes(8, "little") + text + data
+
+
+def test_hf_bfloat16_reads_widened_to_float32(weights, tmp_path):
+    out = str(tmp_path / "hf")
+    hf.HuggingFace().write(weights, out)
+    for part in ("discriminator", "generator"):
+        path = os.path.join(out, part, "model.safetensors")
+        data = _bfloat16_file(safetensors_np.load_file(path))
+        # safetensors' own parser reads the layout as we wrote it
+        assert {spec["dtype"] for _, spec in safetensors.deserialize(data)} == {"BF16"}
+        with open(path, "wb") as f:
+            f.write(data)
+    again = hf.HuggingFace().read(out)
+    assert again.spec == weights.spec
+    originals.assert_same_tensors(again.tensors, {
+        name: (np.ascontiguousarray(array).view("uint32") & 0xFFFF0000).view("float32")
+        for name, array in weights.tensors.items()})
+
+
+@pytest.mark.parametrize("content, message", [
+    (lambda _: b"version https://git-lfs.github.com/spec/v1\noid sha256:4d2a\nsize 54236116\n",
+     "a git-lfs pointer, not the weights; run `git lfs pull` in the clone (or clone with "
+     "git-lfs installed)"),
+    (lambda _: b"<html>Not Found</html>",
+     "not a readable safetensors file (Error while deserializing: header too large)"),
+    (lambda arrays: _bfloat16_file(arrays)[:-10],
+     "tensor {last} does not match its header (a truncated or damaged file?)"),
+])
+def test_hf_unreadable_weights_are_one_line_naming_the_file(weights, tmp_path, content,
+                                                            message):
+    out = str(tmp_path / "hf")
+    hf.HuggingFace().write(weights, out)
+    path = os.path.join(out, "generator", "model.safetensors")
+    arrays = safetensors_np.load_file(path)
+    with open(path, "wb") as f:
+        f.write(content(arrays))
+    with pytest.raises(table.ConversionError) as e:
+        hf.HuggingFace().read(out)
+    assert str(e.value) == f"{path}: " + message.format(last=list(arrays)[-1])

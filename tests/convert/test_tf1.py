@@ -2,6 +2,7 @@
 the tensor."""
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -58,3 +59,23 @@ def test_tf1_heads_that_do_not_divide_the_width_name_the_flag(original, tmp_path
                        r"holds no generator encoder of its own \(no generator\); leave the "
                        r"flag out$"):
         tf1.TF1().read(alone["dir"], generator_num_heads=2)
+
+
+@pytest.mark.parametrize("suffix, size, message", [
+    (".index", 0, "(file is too short to be an sstable)"),
+    (".index", None, "(not an sstable (bad magic number))"),  # 100 bytes of garbage
+    (".data-00000-of-00001", 0.5, "(Read less bytes than requested)"),
+])
+def test_tf1_damaged_checkpoint_is_one_line_naming_it(original, tmp_path, suffix, size,
+                                                      message):
+    for name in os.listdir(original["dir"]):
+        shutil.copy(os.path.join(original["dir"], name), tmp_path)
+    prefix = str(tmp_path / "model.ckpt")
+    if size is None:
+        with open(prefix + suffix, "wb") as f:
+            f.write(b"x" * 100)
+    else:
+        os.truncate(prefix + suffix, int(os.path.getsize(prefix + suffix) * size))
+    with pytest.raises(table.ConversionError) as e:
+        tf1.TF1().read(prefix)
+    assert str(e.value) == f"{prefix}: not a readable checkpoint {message}"

@@ -148,6 +148,18 @@ def test_bad_output_and_workdir_are_one_line_errors(run, tmp_path):
         export.export_run(str(empty), str(tmp_path / "m" / "1"))
 
 
+def test_a_damaged_checkpoint_is_one_line_naming_it(run, tmp_path):
+    workdir = tmp_path / "run"
+    shutil.copytree(run["workdir"], workdir)
+    prefix = tf.train.latest_checkpoint(str(workdir / "checkpoints"))
+    with open(prefix + ".index", "wb") as f:
+        f.write(b"x" * 100)  # an OpError of no subclass, unlike a missing file's NotFound
+    with pytest.raises(errors.UserError) as e:
+        export.load_run(str(workdir))
+    assert str(e.value) == (f"{prefix}: cannot restore the model (not an sstable (bad "
+                            "magic number))")
+
+
 @pytest.mark.slow  # two export processes
 def test_a_crash_mid_export_leaves_no_version_and_the_next_export_works(run, tmp_path,
                                                                         monkeypatch):
