@@ -10,9 +10,10 @@ CoNLL-format tagging set: conll2003 (NER), conll2000 (chunking), tagging (any ot
 docs/tagging.md) (electra_tf/finetuning/tasks.py). The learning rate and the layer-wise
 decay come from the pre-trained model (0 below): its size preset's, or for a custom shape
 values between the presets' by its width and depth (electra_tf/finetuning/hparams.py);
-SIZE (tiny, small, base, large) sets a preset's instead. The other defaults are the original ELECTRA's for
-the task (its configure_finetuning.py); the task adds its own fields (glue/task.py,
-squad/task.py, tagging/task.py say what each is). Any field can be overridden with
+SIZE (tiny, small, base, large) sets a preset's instead. The other defaults are the
+original ELECTRA's for the task (its configure_finetuning.py; clip_norm is its value on
+another loss, see there); the task adds its own fields (glue/task.py, squad/task.py,
+tagging/task.py say what each is). Any field can be overridden with
 `--config.SECTION.KEY=VALUE`.
 """
 
@@ -70,7 +71,12 @@ def get_config(arg: str = "mrpc") -> ml_collections.ConfigDict:
     config.train.weight_decay = schedule.weight_decay    # original: 0.01
     config.train.adam_bias_correction = False   # original: none (BERT's AdamWeightDecay-
     #                                       Optimizer), which its learning rates are for
-    config.train.clip_norm = 1.0                         # original: 1.0
+    # Global-norm clipping of the gradient; original: 1.0, of another loss: ours is the
+    # mean over the global batch, its (run_finetuning.py) the sum of the per-example
+    # losses over each core's batch, clipped per core before CrossShardOptimizer averages
+    # the cores' gradients. Its norm is ~(per-core batch)x ours: it clips far more often,
+    # by an amount that depends on its topology.
+    config.train.clip_norm = 1.0
     config.train.eval_every = 0           # steps between dev evaluations; 0 = every epoch
     config.train.steps_per_loop = 100     # steps per tf.function call (and log line)
     config.train.seed = 0

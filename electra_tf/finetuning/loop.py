@@ -10,7 +10,8 @@
        the best step's prediction files (SQuAD's predictions.json) in DIR
     DIR/export/<step>: the best model as the task's SavedModel (task.export)
 
-Re-running the same command resumes from DIR/checkpoints. Any strategy pre-training runs
+Re-running the same command resumes from DIR/checkpoints (another task, model, batch,
+seed or schedule is refused: `_check_resume_config`). Any strategy pre-training runs
 under: one device, mirrored, multi_worker and TPU see the same global batches (`_dataset`),
 evaluate every dev row once on every replica's share, gathered so that every worker
 computes the same metrics; the chief writes the run (the others write aside, then remove
@@ -65,17 +66,23 @@ def load_pretrained(init_checkpoint: str):
     return vocab, pretrained, export.lower_case_of(run_config, workdir=workdir), run_config
 
 
-def _default_rates(config, discriminator) -> None:
-    """Fills a 0 learning rate or layer-wise decay from the pre-trained model's shape."""
+# config.train's rates that a 0 leaves to the pre-trained model's shape (`_default_rates`).
+FROM_MODEL = ("learning_rate", "layerwise_lr_decay")
+
+
+def _default_rates(config, discriminator) -> list[str]:
+    """Fills a 0 learning rate or layer-wise decay from the pre-trained model's shape;
+    returns the keys it filled ("train.learning_rate", ...)."""
     defaults = hparams.for_shape(discriminator)
-    filled = []
-    for key in ("learning_rate", "layerwise_lr_decay"):
-        if not config.train[key]:
-            config.train[key] = getattr(defaults, key)
-            filled.append(f"{key} {config.train[key]:g}")
+    filled = [name for name in FROM_MODEL if not config.train[name]]
+    for name in filled:
+        config.train[name] = getattr(defaults, name)
     if filled:
         logging.info("Fine-tuning with %s: the defaults of %s (configs/finetune.py:TASK,SIZE "
-                     "or --config.train.* to choose)", " and ".join(filled), defaults.source)
+                     "or --config.train.* to choose)",
+                     " and ".join(f"{name} {config.train[name]:g}" for name in filled),
+                     defaults.source)
+    return [f"train.{name}" for name in filled]
 
 
 def _dataset(strategy, rows: task_lib.Rows, global_batch, training, seed, epoch=0,
@@ -231,13 +238,25 @@ def validate(config) -> ml_collections.ConfigDict:
     return resolved
 
 
+# What the learning rate and the updates follow at each step: on resume, another value
+# would rebuild the warm-up and decay around the restored step (the rate jumps) and
+# config.json would report it for the whole run.
+SCHEDULE_KEYS = ("train.epochs", "train.learning_rate", "train.layerwise_lr_decay",
+                 "train.warmup_proportion", "train.weight_decay", "train.clip_norm")
+
+
 def _check_resume_config(config, workdir, task: task_lib.Task):
     """A one-line error for a resume whose config disagrees with the run's (the data
-    position and the head depend on them; a run started from another pre-trained model
-    would go on, or be reported, as if it were this one)."""
+    position, the schedule and the head depend on them; a run started from another
+    pre-trained model would go on, or be reported, as if it were this one). A rate left
+    to the pre-trained model is compared once filled (`_finetune`)."""
+    schedule = tuple(key for key in SCHEDULE_KEYS
+                     if key.partition(".")[2] not in FROM_MODEL
+                     or config.train[key.partition(".")[2]])
     _check_resume(config, workdir, ("task", "init_checkpoint", "train.batch_size",
                                     "train.seed", "data.max_seq_length",
-                                    "train.adam_bias_correction") + task.resume_keys)
+                                    "train.adam_bias_correction") + schedule
+                  + task.resume_keys)
 
 
 def _check_resume(config, workdir, keys, source: str = "") -> None:
@@ -280,7 +299,8 @@ def finetune(config, workdir: str, strategy=None) -> dict:
 def _finetune(config, workdir, strategy, task, chief) -> dict:
     with strategy.scope():  # the encoder's variables must belong to the strategy
         vocab, pretrained, lower_case, run_config = load_pretrained(config.init_checkpoint)
-    _default_rates(config, model_config.shape(run_config).discriminator)
+    filled = _default_rates(config, model_config.shape(run_config).discriminator)
+    _check_resume(config, workdir, filled, " (the pre-trained model's default)")
     if config.data.max_seq_length > pretrained.max_sequence_length:
         raise errors.UserError(f"config.data.max_seq_length={config.data.max_seq_length} "
                                f"exceeds the model's {pretrained.max_sequence_length} positions")

@@ -257,14 +257,17 @@ def test_binary_resumes_and_refuses_bad_input(pretrained, tmp_path):
     command = helpers.finetune_command("sst2", workdir, pretrained, data,
                                        "--config.train.batch_size=16",
                                        "--config.runtime.strategy=one_device", seq=SEQ)
-    result = subprocess.run(command + ["--config.train.epochs=1"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "best validation: accuracy=" in result.stdout
     result = subprocess.run(command + ["--config.train.epochs=2"], cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "Resumed from" in result.stderr
+    assert "best validation: accuracy=" in result.stdout
+    # The same command, as if the run had stopped after its first epoch, resumes there
+    # and trains the second (another schedule is refused: test_validate.py).
+    workdir = helpers.rewind(workdir, str(tmp_path / "resumed"), 3)
+    result = subprocess.run(command + ["--config.train.epochs=2", f"--workdir={workdir}"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Resumed from" in result.stderr and "at step 3" in result.stderr
     steps = [e["step"] for e in json.load(open(os.path.join(workdir, "results.json")))
              ["evaluations"]]
     assert steps == [3, 6]
@@ -364,9 +367,17 @@ def test_resume_with_a_different_batch_size_is_refused(pretrained, tmp_path):
     loop.finetune(_config("sst2", pretrained, str(data), epochs=1), workdir)
     with pytest.raises(errors.UserError, match="config.train.batch_size=8 differs"):
         loop.finetune(_config("sst2", pretrained, str(data), epochs=1, batch_size=8), workdir)
+    # A rate left to the pre-trained model (0) is compared once filled: here the run's
+    # was given (5e-4), the model's default is tiny's 1e-3.
+    saved = json.load(open(os.path.join(workdir, "config.json")))
+    assert saved["train"]["learning_rate"] == 1e-3
+    json.dump(dict(saved, train=dict(saved["train"], learning_rate=5e-4)),
+              open(os.path.join(workdir, "config.json"), "w"))
+    with pytest.raises(errors.UserError, match=r"^config.train.learning_rate=0.001 \(the "
+                       r"pre-trained model's default\) differs from the run in .* \(0.0005\)"):
+        loop.finetune(_config("sst2", pretrained, str(data), epochs=1), workdir)
     # A run of an earlier version (no adam_bias_correction in its config.json) was
     # bias-corrected: it does not take the new default silently.
-    saved = json.load(open(os.path.join(workdir, "config.json")))
     del saved["train"]["adam_bias_correction"]
     json.dump(saved, open(os.path.join(workdir, "config.json"), "w"))
     with pytest.raises(errors.UserError, match=r"config.train.adam_bias_correction=False "

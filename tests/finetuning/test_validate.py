@@ -3,6 +3,7 @@ runs, in one place, which the loop and the comparison tool (`experiments/compare
 both call (the loop's end-to-end errors: test_finetune.py)."""
 
 import os
+import re
 
 import ml_collections
 import pytest
@@ -73,3 +74,25 @@ def test_a_resume_compares_with_the_runs_completed_config(tmp_path):
     with pytest.raises(errors.UserError, match=r"^config.data.stride=8 differs from the run "
                                                r"in .*run \(0\); resume with the same value"):
         loop.finetune(config, workdir)
+
+
+def test_a_resume_with_another_schedule_is_refused(tmp_path):
+    """The warm-up and decay are rebuilt from the config at every start: another value on
+    resume would make the rate jump at the restored step, and config.json misreport the
+    run. A rate left to the pre-trained model (0) is compared once filled."""
+    saved = finetune_configs.get_config("sst2")
+    saved.train.learning_rate, saved.train.layerwise_lr_decay = 1e-3, 0.8  # as filled
+    workdir = str(tmp_path / "run")
+    workdir_lib.write_json(workdir, workdir_lib.CONFIG, saved.to_dict())
+    # The defaults (rates 0) pass on to the pre-trained model, which fills them.
+    with pytest.raises(errors.UserError, match="^config.init_checkpoint is empty"):
+        loop.finetune(finetune_configs.get_config("sst2"), workdir)
+    for key, value in (("epochs", 4.0), ("learning_rate", 5e-4), ("layerwise_lr_decay", 0.9),
+                       ("warmup_proportion", 0.2), ("weight_decay", 0.0), ("clip_norm", 0.5)):
+        config = finetune_configs.get_config("sst2")
+        config.train[key] = value
+        with pytest.raises(errors.UserError, match=(
+                rf"^config.train.{key}={value} differs from the run in {re.escape(workdir)} "
+                rf"\({saved.train[key]}\); resume with the same value or use a new "
+                "--workdir$")):
+            loop.finetune(config, workdir)

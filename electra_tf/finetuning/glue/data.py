@@ -11,11 +11,13 @@ score for stsb (`label_index`). Test splits (`load_test`, `load_tests`) have no 
 but each row's GLUE index, for the leaderboard's submission files (`submission_rows`);
 MNLI's include GLUE's diagnostic set (AX.tsv), predicted when it is there.
 
-Bad input is reported, never guessed around: a row with missing columns, a label
-outside the task's label set, or an empty sentence raises `GlueDataError` naming
-`file:line` (1-based, the header is line 1), or with `on_bad="skip"` is skipped and
-counted in `Examples.skipped`. Invalid UTF-8, a wrong header and a file without a
-single example are always errors; blank lines are not rows and are passed over.
+Bad input is reported, never guessed around: a row with missing columns or a label
+outside the task's label set raises `GlueDataError` naming `file:line` (1-based, the
+header is line 1), or with `on_bad="skip"` is skipped and counted in `Examples.skipped`.
+Invalid UTF-8, a wrong header and a file without a single example are always errors;
+blank lines are not rows and are passed over. An empty text is a text of no tokens
+(GLUE's QQP train.tsv has a few empty question2s; the original trains on them as
+[CLS] a [SEP] [SEP]): kept, and counted in one warning per file.
 
 >>> label_index("mnli", "neutral"), label_index("stsb", "3.8")
 (2, 3.8)
@@ -93,12 +95,13 @@ class _Collector(errors.BadRows):
         self.spec, self.source = spec, source
         self.texts: list[list[str]] = [[] for _ in spec.text_columns]
         self.labels: list = []
+        self.empty, self.first_empty = 0, ""
 
     def add(self, where: str, texts: list[str], label) -> None:
         empty = [c for c, text in zip(self.spec.text_columns, texts) if not text.strip()]
         if empty:
-            self.bad(where, f"empty {' and '.join(empty)}")
-            return
+            self.empty += 1
+            self.first_empty = self.first_empty or f"{where}: {' and '.join(empty)}"
         for column, text in zip(self.texts, texts):
             column.append(text)
         self.labels.append(label)
@@ -107,6 +110,9 @@ class _Collector(errors.BadRows):
         if not self.labels:
             note = f" ({self.skipped} bad rows skipped)" if self.skipped else ""
             raise specs.GlueDataError(f"{self.source}: no {self.spec.name} examples{note}")
+        if self.empty:
+            logging.warning("%s: %d example(s) with an empty text, kept (no tokens); "
+                            "first: %s", self.source, self.empty, self.first_empty)
         dtype = np.float32 if self.spec.is_regression else np.int32
         return Examples(text_a=self.texts[0],
                         text_b=self.texts[1] if len(self.texts) > 1 else None,

@@ -3,12 +3,15 @@
     JSON (train-v1.1.json, dev-v2.0.json, ...) or TFDS squad ─► `Question`s (`load`)
     ─► windows over each context, and answers back: `windows.py`
 
-Bad input is one line naming the file and the question id: JSON that is not SQuAD's, or
-(training split only, as the original's `_add_examples`) a first answer that cannot be
-found near its `answer_start` (`locate`: exact, else the same text a few characters
-away, else a whitespace/case-insensitive match; with `on_bad="skip"` skipped and counted
-in `Questions.skipped`). Dev questions are never dropped for their offsets: the metrics
-score answer texts only, and every question counts, as in the official scripts.
+Bad input is one line naming the file and the question id: JSON that is not SQuAD's; a
+1.1 question without an answer (`"answers": []` or `is_impossible`: 2.0's kind, which 1.1's
+metrics cannot score); and, in a training split only, an empty question or (as the
+original's `_add_examples`) a first answer that cannot be found near its `answer_start`
+(`locate`: exact, else the same text a few characters away, else a whitespace/case-
+insensitive match). With `on_bad="skip"` the bad questions are skipped and counted in
+`Questions.skipped`. A dev question is never dropped for its text or offsets: the model
+predicts an empty question from the context alone, the metrics score answer texts only,
+and every question counts, as in the official scripts.
 
 >>> q = Question("q1", "Where?", "It is in Paris, France.", ["Paris"], [9])
 >>> q.answer_chars()
@@ -94,10 +97,17 @@ class Questions:
         return len(self.items)
 
 
-def _check(question: Question, train: bool) -> str | None:
+def _check(question: Question, train: bool, v2: bool) -> str | None:
     """The problem with a question, or None. Only training's first answer must be in the
-    context (it is the target); the others, and dev answers, are scored as texts."""
-    if train and not question.is_impossible and question.answer_chars() is None:
+    context (it is the target); the others, and dev answers, are scored as texts. Dev
+    keeps every question its metrics can score (an empty one is predicted from the
+    context alone): the official scripts count them all."""
+    if not v2 and question.is_impossible:
+        return ("no answer (\"answers\": [] or is_impossible): every SQuAD 1.1 question "
+                "has one (unanswerable questions are task squad2's)")
+    if not train:
+        return None
+    if not question.is_impossible and question.answer_chars() is None:
         text, start = question.answers[0], question.answer_starts[0]
         found = question.context[max(0, start):max(0, start) + len(text)]
         return (f"answer {text[:40]!r} is not in the context near answer_start={start} "
@@ -108,13 +118,13 @@ def _check(question: Question, train: bool) -> str | None:
 
 
 class _Collector(errors.BadRows):
-    def __init__(self, source: str, on_bad: str, train: bool):
+    def __init__(self, source: str, on_bad: str, train: bool, v2: bool):
         super().__init__(on_bad, SquadDataError)
         self.questions = Questions([], source)
-        self.train = train
+        self.train, self.v2 = train, v2
 
     def add(self, question: Question, where: str):
-        problem = _check(question, self.train)
+        problem = _check(question, self.train, self.v2)
         if problem is None:
             self.questions.items.append(question)
         else:
@@ -129,9 +139,10 @@ class _Collector(errors.BadRows):
         return self.questions
 
 
-def read_json(path: str, on_bad: str = "error", train: bool = True) -> Questions:
-    """The questions of one of SQuAD's JSON files (v1.1 or v2.0); `train`: a training
-    split (its first answers must be found in the context, see `locate`)."""
+def read_json(path: str, on_bad: str = "error", train: bool = True,
+              version: str = "squad2") -> Questions:
+    """The questions of one of SQuAD's JSON files of `version` (squad1|squad2); `train`:
+    a training split (its first answers must be found in the context, see `locate`)."""
     try:
         with tf.io.gfile.GFile(path, "rb") as f:  # gs:// too
             raw = f.read()
@@ -146,7 +157,7 @@ def read_json(path: str, on_bad: str = "error", train: bool = True) -> Questions
         raise SquadDataError(f"{path}:{e.lineno}:{e.colno}: not JSON ({e.msg})") from None
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise SquadDataError(f"{path}: not a SQuAD file (no top-level \"data\" list)")
-    collector = _Collector(path, on_bad, train)
+    collector = _Collector(path, on_bad, train, v2=version == "squad2")
 
     def items(parent, key, where):  # parent[key], a list of objects, or a one-line error
         value = parent.get(key, [])
@@ -181,7 +192,7 @@ def read_tfds(version: str, split: str, data_dir: str | None, on_bad: str = "err
     name = TFDS_NAMES[version]
     builder = tfds_lib.prepared_builder(name, data_dir, SquadDataError, "SQuAD's JSON files")
     source = f"{name}:{split}"
-    collector = _Collector(source, on_bad, train=split == "train")
+    collector = _Collector(source, on_bad, train=split == "train", v2=version == "squad2")
     for row in builder.as_dataset(split=split, shuffle_files=False).as_numpy_iterator():
         texts = [t.decode("utf-8") for t in row["answers"]["text"]]
         starts = [int(s) for s in row["answers"]["answer_start"]]
@@ -203,6 +214,6 @@ def load(version: str, split: str, data_dir: str | None = None,
         path = os.path.join(data_dir, name)
         if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
             raise SquadDataError(f"no {name} in {data_dir}")
-        return read_json(path, on_bad, train=split == "train")
+        return read_json(path, on_bad, train=split == "train", version=version)
     return read_tfds(version, split, tfds_data_dir, on_bad)
 

@@ -223,18 +223,14 @@ def _error(task, path, **kwargs) -> str:
 @pytest.mark.parametrize("task, bad_row, problem", [
     ("cola", ["gj04", "1", ""], "3 column(s), cola rows have at least 4"),
     ("cola", ["gj04", "yes", "", "A sentence ."], "label 'yes' is not one of 0, 1"),
-    ("cola", ["gj04", "1", "", "  "], "empty sentence"),
     ("cola", ["", "", "", ""], "label '' is not one of 0, 1"),
     ("rte", ["2", "Ann ran .", "entailment"], "3 column(s), rte rows have at least 4"),
-    ("rte", ["2", "Ann ran .", "", "entailment"], "empty sentence2"),
-    ("rte", ["2", "", "", "entailment"], "empty sentence1 and sentence2"),
     ("mnli", _mnli_row(3, "A .", "B .", "contradictory"), 
      "label 'contradictory' is not one of contradiction, entailment, neutral"),
     ("mnli", _mnli_row(3, "A .", "B .", "neutral")[:10], 
      "10 column(s), mnli rows have at least 11"),
     ("stsb", _STSB_HEADER[:-1] + ["n/a"], "score 'n/a' is not a number"),
     ("stsb", _STSB_HEADER[:-1] + ["5.5"], "score '5.5' is outside 0..5"),
-    ("qqp", ["9", "17", "18", "Why?", "", "0"], "empty question2"),
 ])
 def test_bad_rows_name_file_and_line(tmp_path, task, bad_row, problem):
     rows = list(_LAYOUTS[task][0])
@@ -246,6 +242,27 @@ def test_bad_rows_name_file_and_line(tmp_path, task, bad_row, problem):
     assert len(examples) == len(_LAYOUTS[task][3]) and examples.skipped == 1
     assert examples.labels.tolist() == pytest.approx(_LAYOUTS[task][3])
     assert examples.first_skipped == f"{path}:3: {problem}"
+
+
+@pytest.mark.parametrize("task, row, texts, empty", [
+    ("qqp", ["9", "17", "18", "Why?", "", "0"], ("Why?", ""), "question2"),
+    ("rte", ["2", "", " ", "entailment"], ("", " "), "sentence1 and sentence2"),
+    ("cola", ["gj04", "1", "", "  "], ("  ", None), "sentence"),
+])
+def test_empty_texts_are_examples_of_no_tokens(tmp_path, caplog, task, row, texts, empty):
+    """GLUE's QQP train.tsv has empty question2s; the original trains on them as
+    [CLS] a [SEP] [SEP]. Kept in either on_bad, with one warning per file."""
+    rows = list(_LAYOUTS[task][0])
+    rows.insert(2, row)  # line 3
+    path = _write(tmp_path / "train.tsv", rows)
+    with caplog.at_level("WARNING"):
+        examples = glue_data.read_tsv(task, path)
+    assert len(examples) == len(_LAYOUTS[task][3]) + 1 and examples.skipped == 0
+    text_b = examples.text_b or [None] * len(examples)
+    assert texts in list(zip(examples.text_a, text_b))
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [f"{path}: 1 example(s) with an empty text, kept (no tokens); "
+                        f"first: {path}:3: {empty}"]
 
 
 def test_invalid_utf8_is_an_error_even_when_skipping(tmp_path):
@@ -347,7 +364,8 @@ def tfds_dir(tmp_path_factory):
     os.makedirs(source / "MNLI")
     cola = _LAYOUTS["cola"][0]
     _write(source / "CoLA" / "train.tsv", cola)
-    _write(source / "CoLA" / "dev.tsv", cola + [["gj04", "1", "", "It works ."]])
+    _write(source / "CoLA" / "dev.tsv", cola + [["gj04", "1", "", "It works ."],
+                                                ["gj04", "0", "", ""]])  # empty: kept
     _write(source / "CoLA" / "test.tsv", [["index", "sentence"], ["0", "No label here ."]])
     mnli = [_mnli_row(0, "P one .", "H one .", "entailment", dev=True),
             _mnli_row(1, "P two .", "H two .", "neutral", dev=True),
@@ -391,7 +409,7 @@ def test_tfds_cola(tfds_dir, no_download):
     assert examples.text_b is None and examples.labels.dtype == np.int32
     assert _rows(examples) == sorted([("The cat sat on the mat .", None, 1),
                                       ("Mat the on sat cat the .", None, 0),
-                                      ("It works .", None, 1)])
+                                      ("It works .", None, 1), ("", None, 0)])
 
 
 def test_tfds_mnli_labels_map_by_name(tfds_dir, no_download, tmp_path):

@@ -74,6 +74,40 @@ def test_bad_files_are_one_line_errors_naming_the_question(tmp_path):
         squad_data.load("squad2", "train", data_dir=str(tmp_path))
 
 
+def test_squad1_questions_without_an_answer_are_bad_in_every_split(tmp_path):
+    """1.1's metrics take the best score over a question's answers: none cannot be scored
+    (the official script fails), and training would learn "impossible" from 2.0's kind."""
+    path = _squad_file(tmp_path / "dev-v1.1.json", [
+        ("good", "where ?", CONTEXT, [("cat", 4)], False),
+        ("q8", "where ?", CONTEXT, [], False),
+        ("q9", "where ?", CONTEXT, [("cat", 4)], True)])
+    for train in (True, False):
+        with pytest.raises(squad_data.SquadDataError) as info:
+            squad_data.read_json(path, train=train, version="squad1")
+        assert str(info.value).startswith(f"{path}: question q8: no answer")
+        assert "\n" not in str(info.value) and str(info.value).endswith(errors.SKIP_HINT)
+        skipped = squad_data.read_json(path, "skip", train=train, version="squad1")
+        assert ([q.qid for q in skipped.items], skipped.skipped) == (["good"], 2)
+    with pytest.raises(squad_data.SquadDataError, match="dev-v1.1.json: question q8: no"):
+        squad_data.load("squad1", "validation", data_dir=str(tmp_path))
+    assert len(squad_data.read_json(path, version="squad2")) == 3  # 2.0's unanswerable
+
+
+def test_dev_keeps_every_question_it_can_predict(tmp_path):
+    """An empty question or an answer away from its offset is bad for training only: a
+    dev question is predicted from the context and scored by its answer texts, and the
+    official scripts count every question."""
+    path = _squad_file(tmp_path / "squad.json", [
+        ("good", "where ?", CONTEXT, [("cat", 4)], False),
+        ("blank", "  ", CONTEXT, [("cat", 4)], False),
+        ("moved", "where ?", CONTEXT, [("cat", 30)], False)])
+    train = squad_data.read_json(path, "skip", version="squad1")
+    assert ([q.qid for q in train.items], train.skipped) == (["good"], 2)
+    for on_bad in ("error", "skip"):
+        dev = squad_data.read_json(path, on_bad, train=False, version="squad1")
+        assert ([q.qid for q in dev.items], dev.skipped) == (["good", "blank", "moved"], 0)
+
+
 def test_training_answers_off_by_a_few_characters_are_found(tmp_path):
     """As the original's tolerant match: answer_start off by 1-2 characters, or text that
     differs in case and spacing, still trains on the context's own span."""

@@ -23,9 +23,14 @@ def test_windows_cover_a_long_context_and_find_the_answer(vocab):
     start = CONTEXT.index("big red house")
     questions = [squad_data.Question("q1", "where did the dog run ?", CONTEXT,
                                      ["big red house"], [start]),
-                 squad_data.Question("q2", "what ?", CONTEXT, [], [])]
+                 squad_data.Question("q2", "what ?", CONTEXT, [], []),
+                 # An empty dev question (data.py keeps it): the context alone.
+                 squad_data.Question("q3", "", CONTEXT, [], [])]
     feats = windows.features(questions, vocab, lower_case=True, max_seq_length=24,
                              doc_stride=6, max_query_length=8)
+    blank = feats.input_ids[feats.question_index == 2]
+    assert len(blank) >= 2 and np.all(blank[:, :2] == [vocab.cls_id, vocab.sep_id])
+    assert np.all(feats.segment_ids[feats.question_index == 2][:, 2] == 1)
     per_question = {q: int(np.sum(feats.question_index == q)) for q in (0, 1)}
     assert per_question[0] >= 3 and per_question[1] >= 3  # ~30 context tokens, 14-16 each
     assert feats.input_ids.shape == (len(feats), 24)
@@ -40,7 +45,7 @@ def test_windows_cover_a_long_context_and_find_the_answer(vocab):
         if s:  # the answer's tokens, back to the context's characters
             chars = feats.token_chars[f]
             assert CONTEXT[chars[s, 0]:chars[e, 1]] == "big red house"
-        assert feats.is_impossible[f] == (feats.question_index[f] == 1)
+        assert feats.is_impossible[f] == (feats.question_index[f] > 0)
     assert np.sum(feats.start_positions[feats.question_index == 0] > 0) >= 1
     # Every context token is "max context" in exactly one window of its question.
     for q in (0, 1):
