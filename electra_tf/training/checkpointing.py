@@ -54,12 +54,13 @@ def listed_checkpoints(directory: str) -> list[str]:
     """The checkpoints the state file of `directory` lists, oldest first, as paths (what
     `restore_newest` tries, newest first; `tf.train.latest_checkpoint` gives None where
     the newest one's files are gone, though an older one restores)."""
-    state = tf.train.get_checkpoint_state(directory)
+    state = tf.train.get_checkpoint_state(workdir_lib.absolute(directory))
     paths = list(state.all_model_checkpoint_paths) if state else []
     if state and state.model_checkpoint_path and state.model_checkpoint_path not in paths:
         paths.append(state.model_checkpoint_path)
-    # TF makes them absolute; "gs://…" is absolute too, though os.path.isabs says no.
-    return [p if workdir_lib.is_absolute(p) else os.path.join(directory, p) for p in paths]
+    # TF joins the relative ones to the directory it was given (made absolute: else the
+    # paths would be relative to the directory and to the working directory at once).
+    return paths
 
 
 def restore(trainer, checkpoint, directory) -> str | None:
@@ -106,17 +107,19 @@ def forget_newer(directory: str, restored: str) -> None:
     them. A `tf.train.CheckpointManager` made afterwards starts from `restored`, as TF's
     multi-worker preemption handler does: it restores its manager's newest checkpoint
     when it is made, which would be the damaged one again."""
-    state = tf.train.get_checkpoint_state(directory)
-    paths = list(state.all_model_checkpoint_paths)
+    directory = workdir_lib.absolute(directory)
+    state = tf.train.get_checkpoint_state(directory)  # its paths joined to `directory`
+    full = list(state.all_model_checkpoint_paths)
     times = list(state.all_model_checkpoint_timestamps)
-    full = [p if workdir_lib.is_absolute(p) else os.path.join(directory, p) for p in paths]
-    kept = full.index(restored) + 1 if restored in full else len(paths)
+    kept = full.index(restored) + 1 if restored in full else len(full)
     logging.warning("The state file of %s lists %s as the newest checkpoint from now on (%s "
                     "cannot be read)", directory, os.path.basename(restored),
                     ", ".join(os.path.basename(p) for p in full[kept:]) or "the newest")
+    # Relative to the directory, as CheckpointManager writes them: the run can move.
+    names = [os.path.basename(p) for p in full[:kept] or [restored]]
     tf.compat.v1.train.update_checkpoint_state(
-        directory, restored, all_model_checkpoint_paths=paths[:kept] or [restored],
-        all_model_checkpoint_timestamps=times[:kept] if len(times) == len(paths) else None,
+        directory, os.path.basename(restored), all_model_checkpoint_paths=names,
+        all_model_checkpoint_timestamps=times[:kept] if len(times) == len(full) else None,
         last_preserved_timestamp=state.last_preserved_timestamp)
 
 

@@ -77,6 +77,30 @@ def test_the_newest_readable_checkpoint_is_restored_past_a_damaged_one(tmp_path,
     assert manager.restore_or_initialize() == path and int(run.step.numpy()) == 2
 
 
+def test_a_relative_directory_restores_and_is_rewritten_relative(tmp_path, monkeypatch):
+    """`--workdir=runs/x`: TF joins the state file's entries to the directory it is
+    given; they are not joined again. The state file forget_newer writes stays
+    relative, as CheckpointManager's: the run can move."""
+    monkeypatch.chdir(tmp_path)
+    directory = os.path.join("runs", "x", "checkpoints")
+    _save(directory, [1, 2, 3])
+    _damage(directory, 3)
+    assert checkpointing.listed_checkpoints(directory) == [
+        str(tmp_path / directory / f"ckpt-{step}") for step in (1, 2, 3)]
+    run = _Run()
+    path = checkpointing.restore(run, checkpointing.checkpoint_of(run), directory)
+    assert path == str(tmp_path / directory / "ckpt-2")
+    checkpointing.forget_newer(directory, path)
+    with open(os.path.join(directory, "checkpoint"), encoding="utf-8") as f:
+        assert f.read().splitlines()[:3] == [
+            'model_checkpoint_path: "ckpt-2"', 'all_model_checkpoint_paths: "ckpt-1"',
+            'all_model_checkpoint_paths: "ckpt-2"']
+    moved = tmp_path / "moved"
+    os.rename(tmp_path / "runs", moved)
+    assert checkpointing.listed_checkpoints(str(moved / "x" / "checkpoints"))[-1] == str(
+        moved / "x" / "checkpoints" / "ckpt-2")
+
+
 def test_restore_newest_any_checkpoint(tmp_path):
     """What fine-tuning calls: any `tf.train.Checkpoint`, restored by the caller's
     function; none at all is (None, None); none readable is one RunError line."""
