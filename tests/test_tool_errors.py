@@ -48,6 +48,10 @@ CASES = {
     "vocab_input_is_a_directory": (
         "build_vocab.py", ["--input={w}/emptydir", "--output={w}/new_vocab.txt"],
         ["{w}/emptydir is a directory", "--input='{w}/emptydir/*.txt'"], ["new_vocab.txt"]),
+    "vocab_no_characters": (
+        "build_vocab.py", ["--input={w}/corpus.txt", "--output={w}/new_vocab.txt",
+                           "--max_unique_chars=0"],
+        ["--max_unique_chars=0: 0 is not a positive integer"], ["new_vocab.txt"]),
     "vocab_output_is_a_directory": (
         "build_vocab.py", ["--input={w}/corpus.txt", "--output={w}/data"],
         ["--output={w}/data: a directory"], ["data"]),
@@ -182,7 +186,8 @@ BEFORE_TENSORFLOW = ("export_under_a_file", "sample_corpus_under_a_file",
                      "plot_output_is_a_directory", "predictions_html_is_a_directory",
                      "compare_budget_objective_is_gone", "a_glob_the_shell_expanded",
                      "sample_corpus_exists", "finetune_unknown_task", "finetune_unknown_size",
-                     "vocab_exists", "vocab_output_is_a_directory", "data_too_short",
+                     "vocab_exists", "vocab_output_is_a_directory", "vocab_no_characters",
+                     "data_too_short",
                      "data_no_shards", "data_output_is_a_file", "reranking_set_exists",
                      "reranking_set_to_a_directory", "reranking_set_no_input",
                      "convert_under_a_file", "convert_into_a_full_directory",

@@ -1,13 +1,16 @@
 r"""Learns a WordPiece vocabulary (BERT format) with tf.text's vocab learner.
 
   python tools/build_vocab.py --input='corpus/*.txt' --vocab_size=30522 \
-      --output=vocab.txt [--nolower_case] [--sample_lines=1000000] [--overwrite]
+      --output=vocab.txt [--nolower_case] [--sample_lines=1000000] \
+      [--max_unique_chars=1000] [--overwrite]
   python tools/build_vocab.py --tfds=NAME[:split] --tfds_data_dir=DIR ...
 
 Lower-cased and accent-stripped by default (BERT-uncased). `[PAD] [UNK] [CLS] [SEP]
 [MASK]` come first. A corpus larger than `--sample_lines` lines is sampled uniformly.
-An existing `--output` is replaced only with `--overwrite`, and only once the new vocab
-is complete.
+The vocab keeps the `--max_unique_chars` most frequent characters (words with others
+become [UNK]); the tool says how much of the text that leaves out, and what to pass
+(Chinese or Japanese needs several thousand). An existing `--output` is replaced only
+with `--overwrite`, and only once the new vocab is complete.
 """
 
 from electra_tf import cli
@@ -35,6 +38,9 @@ _SAMPLE_LINES = flags.DEFINE_integer(
     "sample_lines", 1_000_000, "Learn from a uniform sample of at most this many lines.",
     lower_bound=1)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the line sample.")
+_MAX_UNIQUE_CHARS = flags.DEFINE_integer(
+    "max_unique_chars", 1000, "Keep this many of the most frequent characters, each as c "
+    "and ##c; words with others become [UNK] (Chinese: ~8000).", lower_bound=1)
 
 
 def main(argv):
@@ -69,7 +75,7 @@ def main(argv):
         print(f"warning: {note}")
     tokens = vocab_lib.learn_vocab(
         sample, _VOCAB_SIZE.value, lower_case=_LOWER_CASE.value,
-        log=lambda line: print(line, flush=True))
+        max_unique_chars=_MAX_UNIQUE_CHARS.value, log=lambda line: print(line, flush=True))
     vocab_lib.write_vocab(tokens, output)
     short = (f" (asked for {_VOCAB_SIZE.value:,}: too few words occur often enough in "
              "the corpus for more)") if len(tokens) < 0.95 * _VOCAB_SIZE.value else ""

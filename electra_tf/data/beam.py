@@ -269,6 +269,7 @@ def write_pretraining_data(
     (`pipeline_options`): the same examples, in shards of at most ~`SHARD_BYTES`; what
     reading skipped goes into `source.stats`, as in process."""
     examples.ExampleBuilder(max_seq_length, vocab.cls_id, vocab.sep_id)  # checks the length
+    writer.check_lower_case(vocab, lower_case, log)
     writer.check_output_dir(output_dir, overwrite)
     vocab_path = vocab.path if "://" in vocab.path else os.path.abspath(vocab.path)
     job = _Job(os.path.join(output_dir, STAGING), vocab_path, vocab.sha256,

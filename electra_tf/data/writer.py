@@ -230,6 +230,15 @@ def check_output_dir(output_dir: str, overwrite: bool, flag: str = "--output_dir
                                 f"choose another {flag} or pass --overwrite")
 
 
+def check_lower_case(vocab: tokenizer_lib.Vocab, lower_case: bool,
+                     log: Callable[[str], None]) -> None:
+    """Refuses a cased vocab for lower-cased text before anything is written; logs a
+    warning for a vocab without capitals and cased text (`tokenizer.check_lower_case`)."""
+    warning = tokenizer_lib.check_lower_case(vocab, lower_case)
+    if warning:
+        log(f"warning: {warning}")
+
+
 def write_pretraining_data(
     source: corpus.Corpus,
     vocab: tokenizer_lib.Vocab,
@@ -244,10 +253,12 @@ def write_pretraining_data(
     """Writes the pre-training TFRecords for the lines of a corpus, in this process.
 
     What the corpus is, and what reading it skipped (`source.stats`), go into the
-    manifest; progress lines go to `log`.
+    manifest; progress lines go to `log`, and a doubt about `lower_case`
+    (`check_lower_case`).
     """
     if num_shards < 1:
         raise ValueError(f"`num_shards` must be at least 1. Received: `num_shards={num_shards}`")
+    check_lower_case(vocab, lower_case, log)
     encoder = Encoder(vocab, max_seq_length, lower_case, seed)
     check_output_dir(output_dir, overwrite)
     tf.io.gfile.makedirs(output_dir)

@@ -231,7 +231,8 @@ def _open_binary(path: str):
 
 
 def expand_globs(pattern: str) -> list[str]:
-    """Files matching a comma-separated list of globs, sorted; an error if none match."""
+    """Files matching a comma-separated list of globs (each glob's sorted, a file that
+    several match kept where first matched); an error if a glob matches none."""
     paths = []
     for part in (p.strip() for p in pattern.split(",")):
         if not part:
@@ -252,7 +253,11 @@ def expand_globs(pattern: str) -> list[str]:
         paths.extend(matches)
     if not paths:
         raise CorpusError("--input: no file pattern given")
-    return paths
+    # Overlapping globs ('d/*.txt,d/**/*.txt') would read a file twice.
+    unique = {}
+    for path in paths:
+        unique.setdefault(path if _is_url(path) else os.path.realpath(path), path)
+    return list(unique.values())
 
 
 def read_lines(paths: list[str], stats: CorpusStats) -> Iterator[str]:

@@ -29,6 +29,15 @@ PAD, UNK, CLS, SEP, MASK = (special_tokens.PAD, special_tokens.UNK, special_toke
 SPECIAL_TOKENS = special_tokens.SPECIAL_TOKENS
 
 
+# A vocab for lower-cased text has no token with a capital; a few strays are tolerated,
+# more (at least this many, and this share of the tokens with cased letters) mean it
+# was made from cased text. A vocab for cased text with none at all, past this many
+# tokens with cased letters, was most likely lower-cased.
+CASED_MIN_CAPITALISED = 10
+CASED_MIN_SHARE = 0.02
+UNCASED_MIN_TOKENS = 100
+
+
 class VocabError(errors.UserError):
     """A vocab file that cannot be used: the message names the file and the problem."""
 
@@ -133,3 +142,29 @@ def make_tokenizer(vocab: Vocab, lower_case: bool = True) -> text.FastBertTokeni
         support_detokenization=False,
         lower_case_nfd_strip_accents=lower_case,
     )
+
+
+def check_lower_case(vocab: Vocab, lower_case: bool) -> str | None:
+    """Raises `VocabError` if `lower_case` lower-cases text for a cased vocab (its tokens
+    with capitals could never match); returns a warning if `lower_case` is off for a
+    vocab without a capital (right only for text lower-cased beforehand), else None.
+    Caseless scripts (Chinese, Japanese, Thai, ...) pass either way.
+
+    Special tokens (`[CLS]`, `[unused0]`) are left out, and `##` is not part of a token.
+    """
+    words = [t[2:] if t.startswith("##") else t for t in vocab.tokens
+             if not (len(t) > 2 and t.startswith("[") and t.endswith("]"))]
+    cased = [w for w in words if w.lower() != w.upper()]  # a letter of a cased script
+    # Changed by lower-casing and by case folding (which keeps Cherokee's capitals).
+    capitalised = sum(w != w.lower() and w != w.casefold() for w in cased)
+    if lower_case:
+        if capitalised >= max(CASED_MIN_CAPITALISED, CASED_MIN_SHARE * len(cased)):
+            raise VocabError(
+                f"{vocab.path}: a cased vocab ({capitalised:,} of its tokens have capitals, "
+                "which lower-cased text never matches); pass --nolower_case to match it")
+    elif not capitalised and len(cased) >= UNCASED_MIN_TOKENS:
+        return (f"{vocab.path}: no token has a capital (a lower-cased vocab?), yet "
+                "--nolower_case keeps the text's capitals and accents: words with them "
+                "become [UNK] unless the text is lower-cased already; if build_vocab.py "
+                "made it without --nolower_case, leave --nolower_case out")
+    return None

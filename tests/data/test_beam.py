@@ -161,6 +161,14 @@ def test_a_bad_file_is_named_and_nothing_is_written(tmp_path):
     assert os.listdir(tmp_path / "out") == []  # no shard, no manifest, no staging
 
 
+def test_a_cased_vocab_for_lower_cased_text_is_refused_before_the_job(tmp_path):
+    vocab = helpers.write_vocab(str(tmp_path), [w.title() for w in helpers.WORDS])
+    good = helpers.write_corpus(str(tmp_path), num_documents=5)
+    with pytest.raises(helpers.tokenizer.VocabError, match="pass --nolower_case"):
+        write(tmp_path / "out", vocab, good, IN_MEMORY)
+    assert not os.path.exists(tmp_path / "out")
+
+
 def test_a_killed_runs_leftovers_are_removed_and_an_existing_dataset_kept(
         tmp_path, corpus_files):
     vocab, pattern, _ = corpus_files

@@ -104,6 +104,27 @@ def test_existing_dataset_is_kept_unless_overwrite(tmp_path):
         "manifest.json", "pretrain_data.tfrecord-00000-of-00001"]  # old shards removed
 
 
+def test_vocab_and_lower_case_must_agree(tmp_path):
+    """A cased vocab for lower-cased text is refused before anything is written; a vocab
+    without capitals for cased text is a warning (the text may be lower-case already)."""
+    corpus_path = helpers.write_corpus(str(tmp_path))
+    cased = helpers.write_vocab(str(tmp_path),
+                                helpers.WORDS + [w.title() for w in helpers.WORDS])
+    with pytest.raises(helpers.tokenizer.VocabError,
+                       match=f"{cased.path}: a cased vocab .*; pass --nolower_case"):
+        write(tmp_path, cased, corpus_path)
+    assert not os.path.exists(tmp_path / "data")
+    write(tmp_path, cased, corpus_path, lower_case=False)
+    words = [f"{a}{b}{c}" for a in "bcdfg" for b in "aeiou" for c in "lmnrst"]
+    uncased = helpers.write_vocab(str(tmp_path), sorted(set(helpers.WORDS + words)))
+    logs = []
+    writer.write_pretraining_data(corpus.open_corpus(corpus_path), uncased,
+                                  str(tmp_path / "data"), max_seq_length=32,
+                                  lower_case=False, overwrite=True, log=logs.append)
+    assert [l for l in logs if l.startswith(f"warning: {uncased.path}: no token has a "
+                                            "capital")]
+
+
 def test_a_failure_midway_leaves_no_output(tmp_path):
     vocab = helpers.write_vocab(str(tmp_path))
     good = helpers.write_corpus(str(tmp_path))

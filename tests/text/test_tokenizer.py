@@ -175,6 +175,43 @@ def test_tokenizer_ids_in_range_for_many_texts(bert_vocab):
         assert all(0 <= i < bert_vocab.size for i in ids)
 
 
+@pytest.mark.parametrize("lower_case", [True, False])
+def test_tokenizer_splits_at_every_unicode_space(learned_vocab, lower_case):
+    """Files' lines keep their inner spaces, TFDS text has them collapsed
+    (`corpus.split_sentences`): the tokens are the same either way."""
+    tokenizer = tk.make_tokenizer(learned_vocab, lower_case=lower_case)
+    text = "hello\u00a0world\u202f!\u3000hello  \t,\u2028world\x1cplay\u1680cafe"
+    assert _ids(tokenizer, [text]) == _ids(tokenizer, [" ".join(text.split())])
+    assert learned_vocab.unk_id not in _ids(tokenizer, [text])[0]
+
+
+# ---------------------------------------------------------------------------- check_lower_case
+
+_WORDS = [f"{a}{b}{c}" for a in "bcdfg" for b in "aeiou" for c in "lmnrst"]  # 150 words
+
+
+@pytest.mark.parametrize("tokens, lower_case, outcome", [
+    (_WORDS, True, None),
+    (_WORDS, False, "no token has a capital"),                  # a warning: may be right
+    (_WORDS[:50], False, None),                                 # too few to tell
+    (_WORDS + [w.title() for w in _WORDS[:30]], True, "30 of its tokens have capitals"),
+    (_WORDS + [w.title() for w in _WORDS[:30]], False, None),
+    (_WORDS + ["A", "Ω", "##B", "Ꭰ", "Ꮎ"], True, None),        # a few strays; Cherokee folds up
+    ([chr(0x4E00 + i) for i in range(500)] + ["##" + chr(0x4E00 + i) for i in range(500)],
+     False, None),                                              # caseless: either way
+    ([chr(0x4E00 + i) for i in range(500)], True, None),
+])
+def test_check_lower_case(tmp_path, tokens, lower_case, outcome):
+    vocab = tk.Vocab.load(_write(tmp_path, tk.SPECIAL_TOKENS + ["[unused0]"] + tokens))
+    if outcome and lower_case:
+        with pytest.raises(tk.VocabError, match=f"{vocab.path}: a cased vocab .*{outcome}.*"
+                                                "pass --nolower_case"):
+            tk.check_lower_case(vocab, lower_case)
+        return
+    warning = tk.check_lower_case(vocab, lower_case)
+    assert (warning is None) if outcome is None else (outcome in warning)
+
+
 def test_load_a_directory_says_so(tmp_path):
     with pytest.raises(tk.VocabError, match=f"{tmp_path}: a directory, not a vocab file"):
         tk.Vocab.load(str(tmp_path))

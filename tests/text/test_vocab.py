@@ -163,3 +163,34 @@ def test_write_vocab_relative_path_without_directory(tmp_path, monkeypatch):
     vl.write_vocab(tk.SPECIAL_TOKENS, "vocab.txt")
     assert tk.Vocab.load("vocab.txt").size == 5
     assert os.listdir(tmp_path) == ["vocab.txt"]
+
+
+def test_learn_vocab_reports_characters_left_out_and_keeps_them_when_allowed():
+    # 40 distinct ideographs (each its own word), a few much rarer than the rest.
+    chars = [chr(0x4E00 + i) for i in range(40)]
+    rng = random.Random(0)
+    lines = ["".join(rng.choices(chars, [1 / (i + 1) for i in range(40)], k=20))
+             for _ in range(300)]
+    logs = []
+    tokens = vl.learn_vocab(lines, vocab_size=200, max_unique_chars=10, log=logs.append)
+    assert sum(c in tokens for c in chars) == 10
+    assert logs[-1].startswith("30 of the sample's 40 distinct characters have no token (")
+    assert "--max_unique_chars=" in logs[-1]
+    logs = []
+    tokens = vl.learn_vocab(lines, vocab_size=200, max_unique_chars=40, log=logs.append)
+    assert all(c in tokens for c in chars)
+    assert logs[-1].startswith("0 of the sample's 40 distinct characters have no token (0.00%")
+    assert "--max_unique_chars" not in logs[-1]
+
+
+def test_learn_vocab_splits_words_at_unicode_spaces_as_the_tokenizer_does(tmp_path):
+    lines = ["il dit\u00a0: « oui\u202fnon »\u3000Paris\u2028Lyon"] * 20
+    tokens = vl.learn_vocab(lines, vocab_size=100, lower_case=False)
+    assert not [t for t in tokens if any(c in t for c in "\u00a0\u202f\u3000\u2028")]
+    assert {"dit", "Paris", "Lyon"} <= set(tokens)
+    path = str(tmp_path / "vocab.txt")
+    vl.write_vocab(tokens, path)
+    vocab = tk.Vocab.load(path)
+    ids = tk.make_tokenizer(vocab, lower_case=False).tokenize(lines[:1]).to_list()[0]
+    assert vocab.unk_id not in ids
+    assert [vocab.tokens[i] for i in ids][:2] == ["il", "dit"]
