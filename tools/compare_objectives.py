@@ -28,7 +28,9 @@ fine-tunes its encoder (ELECTRA's discriminator; `mlm`'s model) with the same se
 Writes OUTPUT_DIR/results.json (per variant: steps, FLOPs, every evaluation, the last
 held-out masked_lm_accuracy and disc_auc, the fine-tuned dev metrics), table.md and
 comparison.png (of the last task run); runs/NAME and finetune/TASK/NAME hold the runs
-(re-running resumes them; another task re-uses the pre-training runs).
+(re-running the same command resumes them; another task re-uses the pre-training
+runs; other fine-tuning settings, --finetune_epochs among them, need another
+--output_dir or the finetune/TASK folder removed).
 """
 
 from electra_tf import cli

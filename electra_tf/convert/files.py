@@ -53,7 +53,9 @@ def new_directory(path: str):
         yield tmp
         if tf.io.gfile.isdir(path):
             tf.io.gfile.rmtree(path)  # empty
-        workdir_lib.rename_folder(tmp, path)
     except BaseException:
         _remove(tmp)
         raise
+    # Not removed if this fails: on a URL it moves file by file, and what is left of the
+    # conversion is then only there.
+    workdir_lib.rename_folder(tmp, path)

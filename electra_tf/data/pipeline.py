@@ -253,6 +253,11 @@ def _check_example(f, record, max_seq_length, vocab):
                         f"has {vocab.size} ids: the data was tokenized with another vocab")
 
 
+# A run's config.json records it ("data_masks"): a run begun by a version that masked
+# each replica's batch on its own, resumed with this one, is told.
+MASKS = "per-host-step"
+
+
 def pretraining_dataset(
     files: list[str],
     global_batch_size: int,

@@ -144,13 +144,21 @@ def load_run(workdir: str, checkpoint: str | None = None, vocab_file: str | None
                                    f"run was trained with {trained} ({run_vocab})")
     model.build_for(config.data.max_seq_length, masking.max_predictions_per_seq(
         config.data.mask_prob, config.data.max_seq_length))
-    try:  # a damaged .index raises a plain OpError ("not an sstable"), no subclass of it
+    read_model(model, path)
+    return config, vocab, model, path
+
+
+def read_model(model, path: str, what: str = "the model") -> None:
+    """Restores `model`'s variables from the checkpoint `path` (other items ignored), or
+    a one-line `UserError` naming `path`."""
+    try:
         status = tf.train.Checkpoint(model=model).read(path)
         status.expect_partial().assert_existing_objects_matched()
-    except (tf.errors.OpError, AssertionError, ValueError) as e:
-        raise errors.UserError(f"{path}: cannot restore the model "
+    # A damaged .index raises a plain OpError ("not an sstable"), a cut data file an
+    # IndexError ("Read less bytes than requested").
+    except (tf.errors.OpError, IndexError, AssertionError, ValueError) as e:
+        raise errors.UserError(f"{path}: cannot restore {what} "
                                f"({' '.join(str(e).split())[:300]})") from None
-    return config, vocab, model, path
 
 
 def lower_case_of(config, default: bool | None = True, workdir: str | None = None):

@@ -19,6 +19,7 @@ from electra_tf import errors
 from electra_tf import model_config
 from electra_tf import workdir as workdir_lib
 from electra_tf.data import order
+from electra_tf.data import pipeline
 from electra_tf.text import tokenizer
 
 
@@ -247,6 +248,24 @@ def warn_if_other_layout(workdir, saved: dict, layout: dict, step: int,
                     "examples are read again and others later than in an uninterrupted run "
                     "(resume with %s input pipeline(s) to continue it exactly)", workdir,
                     os.path.basename(restored), was, now, before["input_pipelines"])
+
+
+def warn_if_older_masks(workdir, saved: dict, layout: dict, step: int,
+                        restored: str) -> None:
+    """A run begun before the masks were drawn per host step (config.json without
+    `data_masks`) drew them per replica's batch: where it had more than one replica per
+    host (or, where it recorded no layout, this start has), the masks differ from an
+    uninterrupted run of that version from the checkpoint `restored` (of `step`) on:
+    said."""
+    if saved.get("data_masks") == pipeline.MASKS or step == 0:
+        return
+    before = layout_of(saved, step) or layout
+    if before["replicas"] <= before["input_pipelines"]:
+        return
+    logging.warning("The run in %s was started by a version that masked each replica's "
+                    "batch on its own; this one masks each host's rows of a step together: "
+                    "from %s on, the masks differ from those that version would have drawn",
+                    workdir, os.path.basename(restored))
 
 
 def _flat(d: dict, prefix: str = "") -> dict:

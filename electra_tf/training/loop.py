@@ -138,6 +138,8 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
         if restored and chief:
             checkpointing.warn_if_other_layout(workdir, saved_config, layout, step,
                                                restored)
+            checkpointing.warn_if_older_masks(workdir, saved_config, layout, step,
+                                              restored)
         if step == 0 and config.model.generator_init:
             generator_init.load(trainer.model, config, vocab)
         if generator_init.frozen_at_random(config):
@@ -158,6 +160,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
             lower_case = pipeline.lower_case_of_data(config.data.train_files)
             workdir_lib.write_json(workdir, workdir_lib.CONFIG, {
                 **config.to_dict(), "data_order": order.VERSION,
+                "data_masks": pipeline.MASKS,
                 "layouts": checkpointing.layouts(saved_config, step, layout),
                 "lower_case": saved_config.get("lower_case") if lower_case is None
                 else lower_case})

@@ -37,14 +37,24 @@ def test_a_leftover_temporary_output_does_not_stop_a_conversion(tmp_path):
         assert os.listdir(output) == ["config.json"] and not tmp.exists()
 
 
-def test_a_failed_rename_leaves_no_temporary_output(tmp_path, monkeypatch):
+def test_a_failed_conversion_leaves_nothing_and_a_failed_rename_keeps_it(tmp_path,
+                                                                         monkeypatch):
+    """What fails inside the block leaves no .out.tmp; a rename that fails keeps it (on
+    a URL it moves file by file: what is not moved yet is only there)."""
+    with pytest.raises(ValueError, match="bad tensor"):
+        with files.new_directory(str(tmp_path / "out")) as directory:
+            (tmp_path / directory / "config.json").write_text("{}")
+            raise ValueError("bad tensor")
+    assert os.listdir(tmp_path) == []  # no out, no .out.tmp
+
     def fail(source, target, last=None):
         raise OSError("disk full")
     monkeypatch.setattr(workdir_lib, "rename_folder", fail)
     with pytest.raises(OSError, match="disk full"):
         with files.new_directory(str(tmp_path / "out")) as directory:
             (tmp_path / directory / "config.json").write_text("{}")
-    assert os.listdir(tmp_path) == []  # no out, no .out.tmp
+    assert os.listdir(tmp_path) == [".out.tmp"]
+    assert os.listdir(tmp_path / ".out.tmp") == ["config.json"]
 
 
 def test_an_output_without_a_name_is_refused(tmp_path, monkeypatch):

@@ -225,6 +225,11 @@ def test_exported_classifier_runs_in_the_session_loader(pretrained, tmp_path):
     np.testing.assert_allclose(redone["probabilities"], direct["probabilities"], atol=1e-6)
     with pytest.raises(errors.UserError, match="no such checkpoint"):
         loop.export_run(workdir, str(tmp_path / "models" / "3"), checkpoint=workdir + "/x")
+    (tmp_path / "bad.index").write_bytes(b"x" * 100)  # damaged: one line, no traceback
+    with pytest.raises(errors.UserError, match=r"bad: cannot restore the rte model \(not "
+                       "an sstable"):
+        loop.export_run(workdir, str(tmp_path / "models" / "3"),
+                        checkpoint=str(tmp_path / "bad"))
 
 
 def test_the_config_knows_every_task_without_tensorflow():

@@ -5,8 +5,10 @@ run in a subprocess after `import tensorflow_text`, as TF Serving would run the 
 outputs are compared with the in-process model.
 """
 
+import glob
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -158,6 +160,14 @@ def test_a_damaged_checkpoint_is_one_line_naming_it(run, tmp_path):
         export.load_run(str(workdir))
     assert str(e.value) == (f"{prefix}: cannot restore the model (not an sstable (bad "
                             "magic number))")
+    shutil.copy(os.path.join(run["workdir"], "checkpoints", os.path.basename(prefix))
+                + ".index", prefix + ".index")
+    (data,) = glob.glob(prefix + ".data-*")
+    with open(data, "r+b") as f:
+        f.truncate(1000)  # cut: an IndexError inside TF's reader
+    with pytest.raises(errors.UserError, match=f"^{re.escape(prefix)}: cannot restore the "
+                       "model"):
+        export.load_run(str(workdir))
 
 
 @pytest.mark.slow  # two export processes

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from electra_tf import errors
+from electra_tf.data import pipeline
 from electra_tf.training import algorithms
 from electra_tf.training import checkpointing
 
@@ -257,3 +258,20 @@ def test_a_resume_on_other_hosts_is_said(tmp_path, caplog):
     start(5, two_hosts)
     assert "trained ckpt-9 with 2 input pipeline(s)" in said(one, 9)
     assert "trained" not in said(one, 5) and "trained ckpt-5 with 1" in said(two_hosts, 5)
+
+
+def test_a_run_begun_by_a_version_that_masked_per_replica_is_told(caplog):
+    """Its masks differ from here on only where it had several replicas per host (as
+    recorded; else as this start has)."""
+    one, two = ({"input_pipelines": 1, "replicas": n} for n in (1, 2))
+
+    def said(saved, layout, step=5):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            checkpointing.warn_if_older_masks("run", saved, layout, step, "run/ckpt-5")
+        return "masked each replica's batch on its own" in caplog.text
+
+    assert said({}, two) and not said({}, one)  # no layout recorded: this start's
+    assert said({"layouts": [[0, two]]}, one) and not said({"layouts": [[0, one]]}, two)
+    assert not said({"data_masks": pipeline.MASKS}, two)  # this version's
+    assert not said({}, two, step=0)  # a converted checkpoint: nothing trained on masks

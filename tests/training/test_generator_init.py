@@ -135,11 +135,15 @@ def test_a_frozen_random_generator_is_said_in_the_log(data, tmp_path, monkeypatc
     assert generator_init.frozen_at_random(config)
     warnings = []
     monkeypatch.setattr(loop.logging, "warning", lambda *args: warnings.append(args))
+    # The data's casing (its manifest's: tests/serving/test_export.py) is kept with the
+    # run, for an export where the data is not; as if the data were cased.
+    cased = []
+    monkeypatch.setattr(loop.pipeline, "lower_case_of_data",
+                        lambda files: cased.append(files) or False)
     loop.train_and_evaluate(config, str(tmp_path / "run"))
     assert (generator_init.FROZEN_AT_RANDOM,) in warnings
-    # The data's casing is kept with the run, for an export where the data is not.
     with open(tmp_path / "run" / "config.json", encoding="utf-8") as f:
-        assert json.load(f)["lower_case"] is True
+        assert json.load(f)["lower_case"] is False and cased == [data["train"]]
     # The same command again: the run is at config.train.steps, which the log says.
     assert loop.train_and_evaluate(config, str(tmp_path / "run")) == {}
     assert any("nothing to train (raise config.train.steps" in args[0]

@@ -16,8 +16,9 @@ outside the task's label set raises `GlueDataError` naming `file:line` (1-based,
 header is line 1), or with `on_bad="skip"` is skipped and counted in `Examples.skipped`.
 Invalid UTF-8, a wrong header and a file without a single example are always errors;
 blank lines are not rows and are passed over. An empty text is a text of no tokens
-(GLUE's QQP train.tsv has a few empty question2s; the original trains on them as
-[CLS] a [SEP] [SEP]): kept, and counted in one warning per file.
+(GLUE's QQP train.tsv has a few empty question2s, which the original trains on, as
+`[CLS] a [SEP]`; here an empty second text is an empty segment, `[CLS] a [SEP] [SEP]`):
+kept, and counted in one warning per file.
 
 >>> label_index("mnli", "neutral"), label_index("stsb", "3.8")
 (2, 3.8)
