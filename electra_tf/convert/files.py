@@ -38,8 +38,9 @@ def _remove(path: str) -> None:
 @contextlib.contextmanager
 def new_directory(path: str):
     """Yields a temporary directory (`workdir.aside`: DIR/.NAME.tmp) that becomes `path`
-    when the block succeeds (removed if it fails): a crash never leaves a half-written
-    checkpoint at `path`. `path` may be a URL (gs://)."""
+    when the block succeeds (removed if the block fails; kept, and named, if the move
+    into place fails): a crash never leaves a half-written checkpoint at `path`. `path`
+    may be a URL (gs://)."""
     if os.path.basename(path.rstrip("/")) in ("", ".", ".."):  # no name to set aside
         raise table.ConversionError(f"--output={path!r}: give the path of a new directory")
     if (tf.io.gfile.isdir(path) and tf.io.gfile.listdir(path)
@@ -58,4 +59,10 @@ def new_directory(path: str):
         raise
     # Not removed if this fails: on a URL it moves file by file, and what is left of the
     # conversion is then only there.
-    workdir_lib.rename_folder(tmp, path)
+    try:
+        workdir_lib.rename_folder(tmp, path)
+    except (tf.errors.OpError, OSError) as e:
+        raise table.ConversionError(
+            f"{path}: cannot move the conversion there ({' '.join(str(e).split())[:200]}); "
+            f"what is not there yet is in {tmp} (the next conversion to {path} replaces "
+            "it)") from None

@@ -24,6 +24,7 @@ import unicodedata
 import zlib
 from typing import Callable, Iterable, Iterator
 
+from absl import logging
 from icu4py import breakers as icu_breakers
 import tensorflow as tf
 
@@ -257,6 +258,10 @@ def expand_globs(pattern: str) -> list[str]:
     unique = {}
     for path in paths:
         unique.setdefault(path if _is_url(path) else os.path.realpath(path), path)
+    if len(unique) < len(paths):
+        logging.warning("--input: %d of the %d files matched are matched more than once "
+                        "(or link to the same file): each is read once",
+                        len(paths) - len(unique), len(paths))
     return list(unique.values())
 
 

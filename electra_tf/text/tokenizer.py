@@ -154,15 +154,18 @@ def check_lower_case(vocab: Vocab, lower_case: bool) -> str | None:
     """
     words = [t[2:] if t.startswith("##") else t for t in vocab.tokens
              if not (len(t) > 2 and t.startswith("[") and t.endswith("]"))]
-    cased = [w for w in words if w.lower() != w.upper()]  # a letter of a cased script
-    # Changed by lower-casing and by case folding (which keeps Cherokee's capitals).
-    capitalised = sum(w != w.lower() and w != w.casefold() for w in cased)
+    # A letter of a script that capitalises words (not Georgian, whose capitals are
+    # an all-caps style).
+    cased = [w for w in words if w.lower() != w.title()]
+    with_capitals = [w for w in cased if w != w.lower()]
+    # What lower-cased (case-folded) text never matches: Cherokee folds to capitals.
+    capitalised = sum(w != w.casefold() for w in with_capitals)
     if lower_case:
         if capitalised >= max(CASED_MIN_CAPITALISED, CASED_MIN_SHARE * len(cased)):
             raise VocabError(
                 f"{vocab.path}: a cased vocab ({capitalised:,} of its tokens have capitals, "
                 "which lower-cased text never matches); pass --nolower_case to match it")
-    elif not capitalised and len(cased) >= UNCASED_MIN_TOKENS:
+    elif not with_capitals and len(cased) >= UNCASED_MIN_TOKENS:
         return (f"{vocab.path}: no token has a capital (a lower-cased vocab?), yet "
                 "--nolower_case keeps the text's capitals and accents: words with them "
                 "become [UNK] unless the text is lower-cased already; if build_vocab.py "

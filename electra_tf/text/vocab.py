@@ -94,9 +94,12 @@ def learn_vocab(lines: list[str], vocab_size: int, lower_case: bool = True,
         show(f"learning a {vocab_size:,}-token WordPiece vocab from the word counts")
     dataset = tf.data.Dataset.from_generator(
         batches, output_signature=tf.TensorSpec([None], tf.string))
-    # \p{Z}: Unicode's space separators (NBSP, U+3000, ...) and line and paragraph
-    # separators, all of which FastBertTokenizer splits at.
-    dataset = dataset.map(lambda b: tf.strings.regex_replace(b, r"\p{Z}", " "))
+    # What FastBertTokenizer splits words at and the learner's splitter does not: every
+    # space (\p{Z}: NBSP, U+3000, line and paragraph separators) and control character
+    # (\p{Cc}); format characters (\p{Cf}: ZWNJ, soft hyphen) too where the text keeps
+    # its case (lower-casing's NFKC case folding removes them, on both sides).
+    separators = r"[\p{Z}\p{Cc}]" if lower_case else r"[\p{Z}\p{Cc}\p{Cf}]"
+    dataset = dataset.map(lambda b: tf.strings.regex_replace(b, separators, " "))
     tokens = bert_vocab_from_dataset.bert_vocab_from_dataset(
         dataset,
         vocab_size=vocab_size,

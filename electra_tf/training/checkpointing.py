@@ -116,10 +116,13 @@ def forget_newer(directory: str, restored: str) -> None:
     logging.warning("The state file of %s lists %s as the newest checkpoint from now on (%s "
                     "cannot be read)", directory, os.path.basename(restored),
                     ", ".join(os.path.basename(p) for p in full[kept:]) or "the newest")
-    # Relative to the directory, as CheckpointManager writes them: the run can move.
-    names = [os.path.basename(p) for p in full[:kept] or [restored]]
+    # Written relative to the directory, as CheckpointManager writes them (the run can
+    # move): TF makes a path relative to a URL directory itself (os.path.isabs calls the
+    # URL relative) and keeps one given relative to a local one.
+    names = [os.path.basename(p) if os.path.isabs(directory) else p
+             for p in full[:kept] or [restored]]
     tf.compat.v1.train.update_checkpoint_state(
-        directory, os.path.basename(restored), all_model_checkpoint_paths=names,
+        directory, names[-1], all_model_checkpoint_paths=names,
         all_model_checkpoint_timestamps=times[:kept] if len(times) == len(full) else None,
         last_preserved_timestamp=state.last_preserved_timestamp)
 

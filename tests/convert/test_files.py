@@ -50,7 +50,9 @@ def test_a_failed_conversion_leaves_nothing_and_a_failed_rename_keeps_it(tmp_pat
     def fail(source, target, last=None):
         raise OSError("disk full")
     monkeypatch.setattr(workdir_lib, "rename_folder", fail)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(table.ConversionError, match=f"^{tmp_path}/out: cannot move the "
+                       rf"conversion there \(disk full\); what is not there yet is in "
+                       f"{tmp_path}/.out.tmp "):
         with files.new_directory(str(tmp_path / "out")) as directory:
             (tmp_path / directory / "config.json").write_text("{}")
     assert os.listdir(tmp_path) == [".out.tmp"]

@@ -196,7 +196,12 @@ _WORDS = [f"{a}{b}{c}" for a in "bcdfg" for b in "aeiou" for c in "lmnrst"]  # 1
     (_WORDS[:50], False, None),                                 # too few to tell
     (_WORDS + [w.title() for w in _WORDS[:30]], True, "30 of its tokens have capitals"),
     (_WORDS + [w.title() for w in _WORDS[:30]], False, None),
-    (_WORDS + ["A", "Ω", "##B", "Ꭰ", "Ꮎ"], True, None),        # a few strays; Cherokee folds up
+    (_WORDS + ["A", "Ω", "##B"], True, None),                   # a few strays
+    (_WORDS + [chr(0x13A0 + i) for i in range(20)], True, None),  # Cherokee folds up
+    ([chr(0x13A0 + i) + chr(0x13A0 + j) for i in range(10) for j in range(15)], False,
+     None),                                                     # and is written so
+    ([chr(0x10D0 + i) + chr(0x10D0 + j) for i in range(10) for j in range(15)], False,
+     None),                                                     # Georgian: no capitals
     ([chr(0x4E00 + i) for i in range(500)] + ["##" + chr(0x4E00 + i) for i in range(500)],
      False, None),                                              # caseless: either way
     ([chr(0x4E00 + i) for i in range(500)], True, None),

@@ -183,14 +183,22 @@ def test_learn_vocab_reports_characters_left_out_and_keeps_them_when_allowed():
     assert "--max_unique_chars" not in logs[-1]
 
 
-def test_learn_vocab_splits_words_at_unicode_spaces_as_the_tokenizer_does(tmp_path):
-    lines = ["il dit\u00a0: « oui\u202fnon »\u3000Paris\u2028Lyon"] * 20
-    tokens = vl.learn_vocab(lines, vocab_size=100, lower_case=False)
-    assert not [t for t in tokens if any(c in t for c in "\u00a0\u202f\u3000\u2028")]
-    assert {"dit", "Paris", "Lyon"} <= set(tokens)
+@pytest.mark.parametrize("lower_case", [False, True])
+def test_learn_vocab_splits_words_at_unicode_spaces_as_the_tokenizer_does(tmp_path,
+                                                                          lower_case):
+    """Spaces and controls split words; format characters (ZWNJ, a soft hyphen) too in
+    cased text, while case folding removes them."""
+    lines = ["il dit\u00a0: « oui\u202fnon »\u3000Paris\u2028Lyon x\x85y "
+             "Pers\u200cian soft\u00adhyphen"] * 20
+    tokens = vl.learn_vocab(lines, vocab_size=100, lower_case=lower_case)
+    assert not [t for t in tokens if any(c in t for c in "\u00a0\u202f\u3000\u2028\x85"
+                                                         "\u200c\u00ad")]
+    words = ({"paris", "lyon", "persian", "softhyphen"} if lower_case
+             else {"dit", "Paris", "Lyon", "Pers", "ian", "soft", "hyphen"})
+    assert words <= set(tokens)
     path = str(tmp_path / "vocab.txt")
     vl.write_vocab(tokens, path)
     vocab = tk.Vocab.load(path)
-    ids = tk.make_tokenizer(vocab, lower_case=False).tokenize(lines[:1]).to_list()[0]
+    ids = tk.make_tokenizer(vocab, lower_case=lower_case).tokenize(lines[:1]).to_list()[0]
     assert vocab.unk_id not in ids
     assert [vocab.tokens[i] for i in ids][:2] == ["il", "dit"]

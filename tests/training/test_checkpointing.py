@@ -131,6 +131,12 @@ def test_checkpoints_on_a_url_file_system_restore():
     path = checkpointing.restore(run, checkpointing.checkpoint_of(run), directory)
     assert path == f"{directory}/ckpt-2" and int(run.step.numpy()) == 2
     np.testing.assert_array_equal(run.model.kernel.numpy(), [2.0, -2.0])
+    # Falling back to ckpt-1 (as past a damaged ckpt-2) lists it relative, as locally.
+    checkpointing.forget_newer(directory, f"{directory}/ckpt-1")
+    with tf.io.gfile.GFile(f"{directory}/checkpoint") as f:
+        assert f.read().splitlines()[:2] == ['model_checkpoint_path: "ckpt-1"',
+                                             'all_model_checkpoint_paths: "ckpt-1"']
+    assert checkpointing.listed_checkpoints(directory) == [f"{directory}/ckpt-1"]
     tf.io.gfile.rmtree(os.path.dirname(directory))
 
 
