@@ -144,7 +144,8 @@ def train_command(data, workdir, *overrides, steps=300) -> list[str]:
     """`python -m electra_tf.train` on `write_training_data`'s data: the tiny config at
     batch 16, sequence 32 (later overrides win)."""
     return [
-        sys.executable, "-m", "electra_tf.train", "--config=configs/electra.py:tiny",
+        sys.executable, "-m", "electra_tf.train",
+        f"--config={os.path.join(ROOT, 'configs', 'electra.py')}:tiny",  # from any cwd
         f"--workdir={workdir}", f"--config.data.train_files={data['train']}",
         f"--config.data.eval_files={data['eval']}", f"--config.data.vocab_file={data['vocab']}",
         "--config.data.max_seq_length=32", "--config.data.shuffle_buffer=1000",

@@ -16,9 +16,9 @@ from tests import helpers
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _train(data, workdir, *overrides, steps=300):
+def _train(data, workdir, *overrides, steps=300, cwd=ROOT):
     return subprocess.run(helpers.train_command(data, workdir, *overrides, steps=steps),
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 def _scalars(logdir, tag):
@@ -108,8 +108,9 @@ def test_tiny_run_learns_logs_and_resumes(data, tmp_path):
     assert os.path.exists(os.path.join(workdir, "vocab.txt"))
     assert tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")).endswith("ckpt-300")
 
-    # The same command with more steps resumes at 300 and continues to 400.
-    result = _train(data, workdir, steps=400)
+    # The same command with more steps resumes at 300 and continues to 400 (given the
+    # workdir relative to the working directory, as README's commands do).
+    result = _train(data, "run", steps=400, cwd=str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Resumed from" in result.stderr and "ckpt-300" in result.stderr
     steps = [s for s, _ in _scalars(os.path.join(workdir, "logs", "train"), "loss")]

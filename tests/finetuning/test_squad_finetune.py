@@ -128,11 +128,13 @@ def test_squad_run_writes_results_predictions_and_resumes(pretrained, tmp_path):
     assert json.load(open(os.path.join(workdir, "results.json")))["evaluations"] == results[
         "evaluations"]
     with pytest.raises(errors.UserError, match="config.data.doc_stride=8 differs"):
-        loop.finetune(_config("squad2", pretrained, data, **{"data.doc_stride": 8}), workdir)
+        loop.finetune(_config("squad2", pretrained, data, **{"train.epochs": 1,
+                                                              "data.doc_stride": 8}), workdir)
     # The objective and the evaluation's settings too (the best step was chosen by them).
     with pytest.raises(errors.UserError, match=r"config.model.null_threshold=0.0 differs "
                        r"from the run in .* \(-2.75\)"):
-        loop.finetune(_config("squad2", pretrained, data, **{"model.null_threshold": 0.0}),
+        loop.finetune(_config("squad2", pretrained, data, **{"train.epochs": 1,
+                                                              "model.null_threshold": 0.0}),
                       workdir)
     with pytest.raises(errors.UserError, match="config.data.max_query_length=46 leaves no "
                        "context token in a config.data.max_seq_length=48 window"):

@@ -300,6 +300,8 @@ def test_a_resume_whose_training_file_has_other_types_is_refused(tmp_path):
     pretrained = str(tmp_path / "pretrained")
     helpers.write_pretrained_run(pretrained, SEQ)
     config = _config("tagging", pretrained, data)
+    # A run's config.json holds its rates filled in (not 0: the model's defaults).
+    config.train.update(learning_rate=1e-3, layerwise_lr_decay=0.8)
     saved = config.to_dict()
     saved["model"]["entity_types"] = "LOC,PER"   # the run's, before ORG was added
     os.makedirs(tmp_path / "run")
