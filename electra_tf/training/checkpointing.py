@@ -159,6 +159,10 @@ def check_same_run(config, workdir, vocab) -> dict:
     saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG)
     if saved is None:
         return {}
+    if "size" not in saved.get("model", {}):  # fine-tuning's (it names a task), or another
+        what = "a fine-tuning run" if "task" in saved else "no pre-training run"
+        raise errors.UserError(f"{workdir} holds {what} ({path} has no model.size); use "
+                               "another --workdir")
     # Every comparison is with the completed config: a key the run's version did not
     # write has the value that version ran with.
     completed = model_config.complete(saved)

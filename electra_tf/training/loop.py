@@ -249,7 +249,11 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
                             results = trainer.evaluate(eval_data, train.eval_steps)
                         memory.release()
                         summaries.write_scalars(eval_writer, results, step)
-                        logging.info("eval at step %d: %s", step,
+                        # Held-out data that ends before eval_steps batches is said.
+                        short = (f" ({trainer.eval_batches} of config.train.eval_steps="
+                                 f"{train.eval_steps} batches: the held-out data ends there)"
+                                 if trainer.eval_batches < train.eval_steps else "")
+                        logging.info("eval at step %d%s: %s", step, short,
                                      " ".join(f"{k} {v:.4f}" for k, v in results.items()))
                         if shown_batch is not None:
                             _write_predictions(eval_writer, trainer, shown_batch, vocab,

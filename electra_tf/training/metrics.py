@@ -64,9 +64,15 @@ class PretrainingMetrics:
         replicas = tf.distribute.get_replica_context().num_replicas_in_sync
         self._means["loss"].update_state(loss * replicas, sample_weight=1.0 / replicas)
 
-    def update_grad_norm(self, grad_norm):
-        """Adds one step's gradient norm (of the whole global batch)."""
-        self._means["grad_norm"].update_state(grad_norm)
+    def update_grad_norm(self, grad_norm, skipped=None):
+        """Adds one step's gradient norm (of the whole global batch), unless `skipped` (a
+        bool tensor: float16's optimizer skipped the step, its norm not finite)."""
+        if skipped is None:
+            self._means["grad_norm"].update_state(grad_norm)
+            return
+        self._means["grad_norm"].update_state(
+            tf.where(skipped, tf.zeros_like(grad_norm), grad_norm),
+            sample_weight=tf.cast(tf.logical_not(skipped), grad_norm.dtype))
 
     def result(self) -> dict[str, float]:
         out = {name: float(metric.result()) for name, metric in self._means.items()}

@@ -110,6 +110,7 @@ class Trainer:
             self.train_metrics = metrics_lib.PretrainingMetrics(
                 objective=self.objective, algorithm=self.algorithm)
             self.eval_metrics = metrics_lib.PretrainingMetrics(objective=self.objective)
+        self.eval_batches = 0  # global batches the last `evaluate` read
         # Host state, outside the strategy's scope: the loop's host side reads it before
         # each launch and writes it after (a TPU program reaches only the scope's).
         self.stop_requested = tf.Variable(False, trainable=False, name="stop_requested")
@@ -163,11 +164,15 @@ class Trainer:
         grads, values = self.gradients(batch, step, stage, self.train_metrics)
         grad_norm = tf.linalg.global_norm(grads)
         optimizer = self.stage_optimizer(stage)
+        skipped = None
         if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
             grad_norm /= tf.cast(optimizer.dynamic_scale, grad_norm.dtype)
+            # An overflow: the optimizer skips the step, whose norm (inf or NaN) would
+            # make TensorBoard's mean over the logged steps inf or NaN.
+            skipped = tf.logical_not(tf.math.is_finite(grad_norm))
         optimizer.apply_gradients(zip(grads, self.algorithm.variables(self.model, stage)))
         self.train_metrics.update_loss(values["loss"])  # what TensorBoard calls `loss`
-        self.train_metrics.update_grad_norm(grad_norm)
+        self.train_metrics.update_grad_norm(grad_norm, skipped)
         finite = tf.math.is_finite(tf.stack([values[k] for k in self.objective.loss_names]
                                             + [tf.cast(grad_norm, tf.float32)]))
         return tf.distribute.get_replica_context().all_reduce(
@@ -489,6 +494,8 @@ class Trainer:
                                 f"batch ({self.global_batch})")
 
     def evaluate(self, dataset, num_batches: int) -> dict[str, float]:
+        """The metrics of at most `num_batches` global batches of `dataset` (fewer where
+        it ends first: `self.eval_batches` says how many)."""
         self.eval_metrics.reset()
         seen = 0
         # A line every 30 s: an evaluation of a large model can take minutes.
@@ -502,6 +509,7 @@ class Trainer:
             bar.update(seen)
         if not seen:
             raise self._too_few_eval_examples()
+        self.eval_batches = seen
         return self.eval_metrics.result()
 
     def loss_and_gradients(self, dist_batch, step):

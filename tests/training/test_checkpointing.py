@@ -192,6 +192,12 @@ def test_a_resume_is_checked_against_the_runs_completed_config(tmp_path):
         with pytest.raises(errors.UserError, match=rf"^config.{key}={value!r}, but the run in "
                                                    r".*run was started with"):
             checkpointing.check_same_run(changed, workdir, vocab=None)
+    # A fine-tuning run's workdir is named as such, not the config given.
+    tuned = str(tmp_path / "tuned")
+    workdir_lib.write_json(tuned, workdir_lib.CONFIG, {"task": "sst2", "model": {}})
+    with pytest.raises(errors.UserError, match=rf"^{tuned} holds a fine-tuning run \({tuned}"
+                                               r"/config.json has no model.size\)"):
+        checkpointing.check_same_run(config, tuned, vocab=None)
 
 
 def test_a_run_whose_newest_checkpoint_is_gone_is_still_a_trained_run(tmp_path):

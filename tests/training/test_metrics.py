@@ -84,6 +84,13 @@ def test_accumulates_token_weighted_and_resets():
     assert out["replaced_fraction"] == pytest.approx(4 / 7)
     assert out["grad_norm"] == pytest.approx(3.0)
     assert list(out) == [*(n for n in metrics.NAMES if n != "loss"), "objective_loss"]
+    # float16: a step the optimizer skipped (an overflow, its norm inf) is left out.
+    m.update_grad_norm(tf.constant(float("inf")), skipped=tf.constant(True))
+    m.update_grad_norm(tf.constant(6.0), skipped=tf.constant(False))
+    assert m.result()["grad_norm"] == pytest.approx(4.0)
+    m.reset()
+    m.update_grad_norm(tf.constant(float("nan")), skipped=tf.constant(True))
+    assert "grad_norm" not in m.result()  # every step skipped: no norm to show
     m.reset()
     m.update(*make_step())
     again = m.result()
