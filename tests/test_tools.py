@@ -123,12 +123,14 @@ def test_show_predictions_of_text_and_data(tmp_path):
     assert result.stdout.count("\nsequence ") == 2 and "\033[" in result.stdout
 
 
-@pytest.mark.slow  # two tool processes, for a documentation tool
+@pytest.mark.slow  # three tool processes, for a documentation tool
 def test_plot_run_writes_a_png_of_train_and_eval_curves(tmp_path):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    # Two runs of one folder name (quickstart.sh's layout): two curves, told apart.
     for run_name in ("a", "b"):
         for which, steps in (("train", range(10, 101, 10)), ("eval", (50, 100))):
-            writer = tf.summary.create_file_writer(str(tmp_path / run_name / "logs" / which))
+            writer = tf.summary.create_file_writer(
+                str(tmp_path / run_name / "run" / "logs" / which))
             with writer.as_default():
                 # "b" as a run logged before `objective_loss` (the panel falls back).
                 tags = ("loss", "mlm_loss", "rtd_loss", "disc_auc") + (
@@ -139,14 +141,38 @@ def test_plot_run_writes_a_png_of_train_and_eval_curves(tmp_path):
                 tf.summary.text("predictions", "not a scalar", step=steps[-1])
             writer.close()
     output = tmp_path / "curves.png"
-    result = run("plot_run.py", f"--workdir={tmp_path / 'a'}", f"--workdir={tmp_path / 'b'}",
-                 f"--output={output}")
+    result = run("plot_run.py", f"--workdir={tmp_path / 'a' / 'run'}",
+                 f"--workdir={tmp_path / 'b' / 'run'}/", f"--output={output}")
     assert result.returncode == 0, result.stderr
-    assert "wrote" in result.stdout and "2 run(s), up to step 100" in result.stdout
+    assert "2 run(s): a/run, b/run; up to step 100" in result.stdout
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and output.stat().st_size > 20_000
 
     result = run("plot_run.py", f"--workdir={tmp_path / 'none'}", f"--output={output}")
     assert result.returncode == 2 and "no training summaries" in result.stderr
+    # A fine-tuning run's `loss` is its task's: not drawn as pre-training's objective.
+    (tmp_path / "a" / "run" / "config.json").write_text('{"task": "sst2"}')
+    line = helpers.one_line_error(run("plot_run.py", f"--workdir={tmp_path / 'a' / 'run'}",
+                                      f"--output={output}"))
+    assert "a fine-tuning run (sst2); plot_run plots pre-training runs" in line
+
+
+def test_make_reranking_set_changes_texts_as_an_uncased_model_reads_them(tmp_path):
+    """No pair differs only in case or accents (an uncased model would score both alike,
+    a tie); a line of 5,000 words (one document a line) is no quadratic work."""
+    heldout = tmp_path / "heldout.txt"
+    heldout.write_text("The the THE thé\nthé THE the The\n")
+    line = helpers.one_line_error(run("make_reranking_set.py", f"--input={heldout}",
+                                      f"--output={tmp_path / 'none.txt'}"))
+    assert "no sentence of 4 words or more that the corruptions change" in line
+
+    long_line = " ".join(f"w{i % 700}" for i in range(5000))
+    heldout.write_text(f"The cat saw the dog\n{long_line}\n")
+    pairs = tmp_path / "pairs.txt"
+    made = run("make_reranking_set.py", f"--input={heldout}", f"--output={pairs}")
+    assert made.returncode == 0, made.stderr[-3000:]
+    groups = [g.split("\n") for g in pairs.read_text().strip().split("\n\n")]
+    assert [g[0] for g in groups] == ["The cat saw the dog"] * 2 + [long_line] * 2
+    assert all(a.casefold() != b.casefold() for a, b in groups)
 
 
 @pytest.mark.slow  # the whole quickstart, seven processes (~2.5 minutes on 2 cores)

@@ -9,8 +9,11 @@ the re-ranking accuracy; chance 0.5).
 --input holds one sentence a line (blank lines, and lines that are not UTF-8, skipped; a
 .gz file is read decompressed); words are split on whitespace.
 Corruptions, one pair per sentence and corruption:
-  swap      two words at different places, of different spelling, exchanged
+  swap      two words at different places exchanged
   frequent  one word replaced by another of the input's --frequent most common words
+Words count as different only if they differ after case folding and accent stripping
+(as an uncased model reads them: "The"/"the" or "café"/"cafe" are never the change), so
+the pair's two texts differ for cased and uncased models alike.
 Sentences of fewer than --min_words words are left out. The output is groups of two
 lines (original, corrupted) separated by blank lines; the same flags give the same file.
 """
@@ -22,6 +25,7 @@ if __name__ == "__main__":  # run as a tool, not imported (tests import some too
 import collections
 import os
 import random
+import unicodedata
 
 from absl import flags
 from absl import logging
@@ -46,13 +50,26 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the corruptions.")
 _OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace an existing --output.")
 
 
+def fold(word: str) -> str:
+    """`word` as an uncased model reads it: case-folded, accents stripped.
+
+    >>> fold("Café"), fold("STRASSE") == fold("straße")
+    ('cafe', True)
+    """
+    return "".join(c for c in unicodedata.normalize("NFD", word.casefold())
+                   if not unicodedata.combining(c))
+
+
 def swap(words: list[str], rng: random.Random) -> list[str] | None:
-    """`words` with two words of different spelling exchanged, or None if all are alike."""
-    places = [(i, j) for i in range(len(words)) for j in range(i + 1, len(words))
-              if words[i] != words[j]]
+    """`words` with two words that differ (`fold`) exchanged, or None if all are alike.
+    Linear in the words: one place drawn, then a place of another word (a long line, one
+    document a line, would make every pair of places quadratic)."""
+    i = rng.randrange(len(words))
+    folded = fold(words[i])
+    places = [j for j, w in enumerate(words) if fold(w) != folded]
     if not places:
         return None
-    i, j = rng.choice(places)
+    j = rng.choice(places)
     out = list(words)
     out[i], out[j] = out[j], out[i]
     return out
@@ -60,10 +77,10 @@ def swap(words: list[str], rng: random.Random) -> list[str] | None:
 
 def replace_frequent(words: list[str], frequent: list[str],
                      rng: random.Random) -> list[str] | None:
-    """`words` with one word replaced by a frequent word of another spelling, or None if
-    no frequent word is spelled otherwise."""
+    """`words` with one word replaced by a frequent word that differs from it (`fold`),
+    or None if no frequent word does."""
     i = rng.randrange(len(words))
-    others = [w for w in frequent if w != words[i]]
+    others = [w for w in frequent if fold(w) != fold(words[i])]
     if not others:
         return None
     out = list(words)

@@ -6,7 +6,9 @@ Four panels against the step: the objective's loss (MLM + disc_weight · RTD, lo
 `objective_loss`; under two_stage and adversarial `loss` is what a step differentiated,
 another quantity), the generator's MLM loss, the discriminator's RTD loss and its AUC;
 training (lines, from `logs/train`) and evaluation on held-out data (markers, from
-`logs/eval`). Several workdirs share the axes.
+`logs/eval`). Several workdirs share the axes, each labelled by the shortest end of its
+path that tells it from the others (/tmp/a/run and /tmp/b/run: a/run, b/run). A
+fine-tuning run is refused: these panels are pre-training's (TensorBoard shows its logs).
 """
 
 from electra_tf import cli
@@ -61,6 +63,31 @@ def panel_points(scalars: dict, tag: str) -> list[tuple[int, float]] | None:
     return scalars.get(tag) or scalars.get(FALLBACK.get(tag))
 
 
+def labels(workdirs: list[str]) -> list[str]:
+    """Each workdir's shortest trailing run of path components that no other workdir ends
+    with (its whole path where it is the end of another's); a `UserError` for a workdir
+    given twice.
+
+    >>> labels(["/tmp/a/run", "/tmp/b/run", "/tmp/c/other"])
+    ['a/run', 'b/run', 'other']
+    >>> labels(["run", "/tmp/a/run"])
+    ['run', 'a/run']
+    """
+    paths = [(w if "://" in w else os.path.normpath(w)).rstrip("/") or w  # a URL as given
+             for w in workdirs]
+    for i, path in enumerate(paths):
+        if path in paths[:i]:
+            raise errors.UserError(f"--workdir={workdirs[i]}: given twice")
+    parts = [path.split("/") for path in paths]
+    out = []
+    for i, mine in enumerate(parts):
+        others = [theirs for j, theirs in enumerate(parts) if j != i]
+        ends = (mine[-k:] for k in range(1, len(mine) + 1))
+        out.append(next(("/".join(end) for end in ends
+                         if all(theirs[-len(end):] != end for theirs in others)), paths[i]))
+    return out
+
+
 def plot(runs: dict[str, dict[str, dict]], output: str, title: str) -> None:
     """`runs`: {label: {"train": scalars, "eval": scalars}} → a 2×2 PNG at `output`."""
     import matplotlib  # pylint: disable=g-import-not-at-top
@@ -101,17 +128,24 @@ def main(argv):
     # Imports TensorFlow, as reading the logs does: only once the flags are checked.
     from electra_tf import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
     runs = {}
-    for workdir in _WORKDIR.value:
+    for workdir, label in zip(_WORKDIR.value, labels(_WORKDIR.value)):
+        task = (workdir_lib.read_json(workdir, workdir_lib.CONFIG) or {}).get("task")
+        if task:  # its `loss` is the task's, its metrics under logs/<dev split>
+            logdir = workdir_lib.path(workdir, workdir_lib.LOGS)
+            raise errors.UserError(f"--workdir={workdir}: a fine-tuning run ({task}); "
+                                   "plot_run plots pre-training runs (tensorboard "
+                                   f"--logdir={logdir} shows this one)")
         train_logs = workdir_lib.logs(workdir, workdir_lib.TRAIN_LOGS)
         scalars = {"train": read_scalars(train_logs),
                    "eval": read_scalars(workdir_lib.logs(workdir, workdir_lib.EVAL_LOGS))}
         if not scalars["train"]:
             raise errors.UserError(f"--workdir={workdir}: no training summaries in "
                                    f"{train_logs}")
-        runs[os.path.basename(os.path.normpath(workdir))] = scalars
+        runs[label] = scalars
     plot(runs, _OUTPUT.value, _TITLE.value or ", ".join(runs))
     steps = max(points[-1][0] for split in runs.values() for points in split["train"].values())
-    print(f"wrote {_OUTPUT.value} ({len(runs)} run(s), up to step {steps:,})")
+    print(f"wrote {_OUTPUT.value} ({len(runs)} run(s): {', '.join(runs)}; up to step "
+          f"{steps:,})")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,11 @@ Output: `score<TAB>text` per text, in input order; with --pairs the input is gro
 hypotheses separated by blank lines, each group printed best first (a blank line between
 groups). The last line is JSON: the method, the texts, the forward rows run and the
 seconds the scoring took; with --pairs also `first_best`, the share of groups whose FIRST
-hypothesis in the file scores highest (strictly), and its standard error: list the
-reference first and it is the re-ranking accuracy. Texts longer than the run's
-max_seq_length are cut, as in training.
+hypothesis in the file scores highest (strictly), its standard error, and `ties`, the
+groups whose first ties the best of the others (counted as misses: e.g. texts that
+tokenize alike, or differ only past the cut): list the reference first and `first_best`
+is the re-ranking accuracy. Texts longer than the run's max_seq_length are cut, as in
+training.
 """
 
 from electra_tf import cli
@@ -143,15 +145,18 @@ def pseudo_log_likelihood(model, mask_id: int, ids, mask, segments, batch_size: 
 
 
 def rank(groups, scores) -> dict:
-    """{"first_best", "standard_error"}: how often each group's first text scores highest."""
-    wins, i = [], 0
+    """{"first_best", "standard_error", "ties"}: how often each group's first text scores
+    highest (strictly; a tie is a miss, and counted)."""
+    wins, ties, i = [], 0, 0
     for group in groups:
         group_scores = scores[i:i + len(group)]
         wins.append(float(group_scores[0] > max(group_scores[1:])))
+        ties += group_scores[0] == max(group_scores[1:])
         i += len(group)
     accuracy = float(np.mean(wins))
     return {"groups": len(groups), "first_best": round(accuracy, 4),
-            "standard_error": round(math.sqrt(accuracy * (1 - accuracy) / len(wins)), 4)}
+            "standard_error": round(math.sqrt(accuracy * (1 - accuracy) / len(wins)), 4),
+            "ties": int(ties)}
 
 
 def main(argv):
