@@ -168,11 +168,18 @@ def test_make_reranking_set_changes_texts_as_an_uncased_model_reads_them(tmp_pat
     long_line = " ".join(f"w{i % 700}" for i in range(5000))
     heldout.write_text(f"The cat saw the dog\n{long_line}\n")
     pairs = tmp_path / "pairs.txt"
-    made = run("make_reranking_set.py", f"--input={heldout}", f"--output={pairs}")
+    made = run("make_reranking_set.py", f"--input={heldout}", f"--output={pairs}",
+               "--max_words=5000")  # (default 100: a change past max_seq_length ties)
     assert made.returncode == 0, made.stderr[-3000:]
     groups = [g.split("\n") for g in pairs.read_text().strip().split("\n\n")]
     assert [g[0] for g in groups] == ["The cat saw the dog"] * 2 + [long_line] * 2
     assert all(a.casefold() != b.casefold() for a, b in groups)
+    # By default a line longer than --max_words is left out, and counted.
+    made = run("make_reranking_set.py", f"--input={heldout}", f"--output={pairs}",
+               "--overwrite")
+    assert made.returncode == 0 and "1 line(s) of more than --max_words=100" in made.stderr
+    groups = [g.split("\n") for g in pairs.read_text().strip().split("\n\n")]
+    assert [g[0] for g in groups] == ["The cat saw the dog"] * 2
 
 
 @pytest.mark.slow  # the whole quickstart, seven processes (~2.5 minutes on 2 cores)

@@ -18,7 +18,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _train(data, workdir, *overrides, steps=300, cwd=ROOT):
     return subprocess.run(helpers.train_command(data, workdir, *overrides, steps=steps),
-                          cwd=cwd, capture_output=True, text=True, timeout=600)
+                          cwd=cwd, capture_output=True, text=True, timeout=600,
+                          env=helpers.child_env())  # this checkout's, from any cwd
 
 
 def _scalars(logdir, tag):

@@ -4,7 +4,7 @@ the re-ranking accuracy; chance 0.5).
 
   python tools/make_reranking_set.py --input=heldout.txt --output=pairs.txt \
       [--corruptions=swap,frequent] [--num_sentences=1000] [--frequent=100] [--seed=0] \
-      [--overwrite]
+      [--max_words=100] [--overwrite]
 
 --input holds one sentence a line (blank lines, and lines that are not UTF-8, skipped; a
 .gz file is read decompressed); words are split on whitespace.
@@ -14,7 +14,9 @@ Corruptions, one pair per sentence and corruption:
 Words count as different only if they differ after case folding and accent stripping
 (as an uncased model reads them: "The"/"the" or "café"/"cafe" are never the change), so
 the pair's two texts differ for cased and uncased models alike.
-Sentences of fewer than --min_words words are left out. The output is groups of two
+Sentences of fewer than --min_words words are left out, and so are lines of more than
+--max_words (a document on a line: a change past what the scorer reads, its
+max_seq_length, would leave the two texts alike), counted. The output is groups of two
 lines (original, corrupted) separated by blank lines; the same flags give the same file.
 """
 
@@ -44,6 +46,8 @@ _NUM_SENTENCES = flags.DEFINE_integer("num_sentences", 1000, "Sentences to use (
                                       "long enough ones).", lower_bound=1)
 _MIN_WORDS = flags.DEFINE_integer("min_words", 4, "Shorter sentences are left out.",
                                   lower_bound=2)
+_MAX_WORDS = flags.DEFINE_integer("max_words", 100, "Longer lines are left out (the scorer "
+                                  "reads max_seq_length tokens of a text).", lower_bound=2)
 _FREQUENT = flags.DEFINE_integer("frequent", 100, "How many of the most common words "
                                  "`frequent` draws from.", lower_bound=2)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the corruptions.")
@@ -51,13 +55,15 @@ _OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace an existing --out
 
 
 def fold(word: str) -> str:
-    """`word` as an uncased model reads it: case-folded, accents stripped.
+    """`word` as an uncased model reads it (tf.text's normaliser: NFKC case folding, then
+    NFD without its marks; format characters dropped).
 
-    >>> fold("Café"), fold("STRASSE") == fold("straße")
-    ('cafe', True)
+    >>> fold("Café"), fold("STRASSE") == fold("straße"), fold("ｔｈｅ"), fold("cafe\u00ad")
+    ('cafe', True, 'the', 'cafe')
     """
-    return "".join(c for c in unicodedata.normalize("NFD", word.casefold())
-                   if not unicodedata.combining(c))
+    folded = unicodedata.normalize("NFKC", word).casefold()
+    return "".join(c for c in unicodedata.normalize("NFD", folded)
+                   if unicodedata.category(c) not in ("Mn", "Cf"))
 
 
 def swap(words: list[str], rng: random.Random) -> list[str] | None:
@@ -89,16 +95,17 @@ def replace_frequent(words: list[str], frequent: list[str],
 
 
 def pairs(sentences: list[str], corruptions, num_sentences: int, min_words: int,
-          num_frequent: int, seed: int) -> list[tuple[str, str]]:
-    """(original, corrupted) for the first `num_sentences` sentences of `min_words` words
-    or more, one pair per corruption that applies."""
+          num_frequent: int, seed: int, max_words: int | None = None
+          ) -> list[tuple[str, str]]:
+    """(original, corrupted) for the first `num_sentences` sentences of `min_words` to
+    `max_words` words, one pair per corruption that applies."""
     counts = collections.Counter(w for s in sentences for w in s.split())
     frequent = [w for w, _ in counts.most_common(num_frequent)]
     rng = random.Random(seed)
     out, used = [], 0
     for sentence in sentences:
         words = sentence.split()
-        if len(words) < min_words:
+        if len(words) < min_words or max_words and len(words) > max_words:
             continue
         if used == num_sentences:
             break
@@ -129,8 +136,15 @@ def main(argv):
     if stats.invalid_utf8_lines:
         logging.warning("%s: %d line(s) not UTF-8 left out (the first: %s)", _INPUT.value,
                         stats.invalid_utf8_lines, stats.first_invalid_utf8)
+    if _MAX_WORDS.value < _MIN_WORDS.value:
+        raise errors.UserError(f"--max_words={_MAX_WORDS.value}: below --min_words="
+                               f"{_MIN_WORDS.value}")
     made = pairs(sentences, _CORRUPTIONS.value, _NUM_SENTENCES.value, _MIN_WORDS.value,
-                 _FREQUENT.value, _SEED.value)
+                 _FREQUENT.value, _SEED.value, _MAX_WORDS.value)
+    long = sum(len(s.split()) > _MAX_WORDS.value for s in sentences)
+    if long:
+        logging.warning("%s: %d line(s) of more than --max_words=%d words left out",
+                        _INPUT.value, long, _MAX_WORDS.value)
     if not made:
         raise errors.UserError(f"--input={_INPUT.value}: no sentence of {_MIN_WORDS.value} "
                                "words or more that the corruptions change")

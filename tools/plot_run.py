@@ -70,11 +70,11 @@ def labels(workdirs: list[str]) -> list[str]:
 
     >>> labels(["/tmp/a/run", "/tmp/b/run", "/tmp/c/other"])
     ['a/run', 'b/run', 'other']
-    >>> labels(["run", "/tmp/a/run"])
-    ['run', 'a/run']
+    >>> labels(["/run", "/tmp/a/run"])
+    ['/run', 'a/run']
     """
-    paths = [(w if "://" in w else os.path.normpath(w)).rstrip("/") or w  # a URL as given
-             for w in workdirs]
+    # Local ones absolute (`.` and its full path are one run); a URL as given.
+    paths = [(w.rstrip("/") or w) if "://" in w else os.path.abspath(w) for w in workdirs]
     for i, path in enumerate(paths):
         if path in paths[:i]:
             raise errors.UserError(f"--workdir={workdirs[i]}: given twice")

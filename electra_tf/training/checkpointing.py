@@ -150,6 +150,18 @@ _MASKS = (("data", "mask_prob"), ("data", "mask_token_rate"), ("data", "random_t
           ("data", "whole_word_masking"))
 
 
+def check_pretraining_workdir(workdir, saved: dict | None = None) -> None:
+    """A one-line error where `workdir`'s config.json (`saved`, else read) is not a
+    pre-training run's: a fine-tuning run's (it names a task) or another program's."""
+    if saved is None:
+        saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG)
+    if saved is not None and "size" not in saved.get("model", {}):
+        what = "a fine-tuning run" if "task" in saved else "no pre-training run"
+        raise errors.UserError(f"{workdir} holds {what} ("
+                               f"{workdir_lib.path(workdir, workdir_lib.CONFIG)} has no "
+                               "model.size); use another --workdir")
+
+
 def check_same_run(config, workdir, vocab) -> dict:
     """A workdir holds one run: resuming it with another model, objective, sequence
     length, batch size, seed or vocab would not continue it (or fail deep in restore).
@@ -159,10 +171,7 @@ def check_same_run(config, workdir, vocab) -> dict:
     saved = workdir_lib.read_json(workdir, workdir_lib.CONFIG)
     if saved is None:
         return {}
-    if "size" not in saved.get("model", {}):  # fine-tuning's (it names a task), or another
-        what = "a fine-tuning run" if "task" in saved else "no pre-training run"
-        raise errors.UserError(f"{workdir} holds {what} ({path} has no model.size); use "
-                               "another --workdir")
+    check_pretraining_workdir(workdir, saved)
     # Every comparison is with the completed config: a key the run's version did not
     # write has the value that version ran with.
     completed = model_config.complete(saved)

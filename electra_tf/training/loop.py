@@ -66,6 +66,7 @@ def train_and_evaluate(config, workdir: str, strategy=None) -> dict[str, float]:
     strategy = strategy or distribute.get_strategy(config.runtime)
     chief = distribute.is_chief(strategy)
     distribute.local_batch_size(strategy, config.train.batch_size)  # before any dataset
+    checkpointing.check_pretraining_workdir(workdir)  # before it is locked and tidied
     # One run writes a workdir: the chief holds it (the other workers write aside).
     with workdir_lib.Lock(workdir) if chief else contextlib.nullcontext():
         if chief:

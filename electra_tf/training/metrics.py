@@ -80,7 +80,7 @@ class PretrainingMetrics:
             out[metric.name] = float(metric.result())
         out["objective_loss"] = self.objective.total(out)
         if not self._means["grad_norm"].count.numpy():
-            del out["grad_norm"]  # evaluation
+            del out["grad_norm"]  # evaluation, or float16 steps all skipped
         if not self._means["loss"].count.numpy():
             # Evaluation: nothing is differentiated, so no `loss` (TensorBoard would draw
             # it beside training's, the algorithm's loss); the objective's is there.
