@@ -305,6 +305,20 @@ def pretrainer(config, vocabulary_size: int, dtype=None):
         mask_prob=config.data.mask_prob)
 
 
+def read_model(model, path: str, what: str = "the model") -> None:
+    """Restores `model`'s variables from the checkpoint `path` (other items ignored), or
+    a one-line `UserError` naming `path`."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    try:
+        status = tf.train.Checkpoint(model=model).read(path)
+        status.expect_partial().assert_existing_objects_matched()
+    # A damaged .index raises a plain OpError ("not an sstable"), a cut data file an
+    # IndexError ("Read less bytes than requested").
+    except (tf.errors.OpError, IndexError, AssertionError, ValueError) as e:
+        raise errors.UserError(f"{path}: cannot restore {what} "
+                               f"({' '.join(str(e).split())[:300]})") from None
+
+
 GENERATOR_MODES = config_check.CHOICES["train.generator"]
 
 

@@ -550,7 +550,7 @@ def export_run(workdir: str, output: str, checkpoint: str | None = None,
         raise errors.UserError(f"--max_seq_length={seq}: must be in 3.."
                                f"{model.max_sequence_length} (the position table)")
     _build(finetuned, seq)
-    export.read_model(finetuned, checkpoint, f"the {task.name} model")
+    model_config.read_model(finetuned, checkpoint, f"the {task.name} model")
     logging.info("export: %s's model from %s", task.name, checkpoint)
     return task.export(finetuned, vocab, seq, output,
                        pretrained["lower_case"] if lower_case is None else lower_case)

@@ -144,21 +144,8 @@ def load_run(workdir: str, checkpoint: str | None = None, vocab_file: str | None
                                    f"run was trained with {trained} ({run_vocab})")
     model.build_for(config.data.max_seq_length, masking.max_predictions_per_seq(
         config.data.mask_prob, config.data.max_seq_length))
-    read_model(model, path)
+    model_config.read_model(model, path)
     return config, vocab, model, path
-
-
-def read_model(model, path: str, what: str = "the model") -> None:
-    """Restores `model`'s variables from the checkpoint `path` (other items ignored), or
-    a one-line `UserError` naming `path`."""
-    try:
-        status = tf.train.Checkpoint(model=model).read(path)
-        status.expect_partial().assert_existing_objects_matched()
-    # A damaged .index raises a plain OpError ("not an sstable"), a cut data file an
-    # IndexError ("Read less bytes than requested").
-    except (tf.errors.OpError, IndexError, AssertionError, ValueError) as e:
-        raise errors.UserError(f"{path}: cannot restore {what} "
-                               f"({' '.join(str(e).split())[:300]})") from None
 
 
 def lower_case_of(config, default: bool | None = True, workdir: str | None = None):

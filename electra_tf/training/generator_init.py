@@ -142,11 +142,9 @@ def load(model, config, vocab: tokenizer.Vocab) -> None:
     source = model_config.pretrainer(source_config, vocab.size, dtype="float32")
     source.build_for(source_config.data.max_seq_length, 1)
     try:
-        tf.train.Checkpoint(model=source).read(checkpoint).expect_partial() \
-            .assert_existing_objects_matched()
-    except (tf.errors.OpError, AssertionError, ValueError) as e:
-        raise errors.UserError(f"config.model.generator_init={path!r}: cannot restore "
-                               f"{checkpoint} ({' '.join(str(e).split())[:300]})") from None
+        model_config.read_model(source, checkpoint, "its model")
+    except errors.UserError as e:
+        raise errors.UserError(f"config.model.generator_init={path!r}: {e}") from None
     targets, sources = model.language_model_variables(), source.language_model_variables()
     if len(targets) != len(sources) or any(t.shape != s.shape
                                            for t, s in zip(targets, sources)):
