@@ -1,15 +1,22 @@
 #!/bin/bash
 # One device call, the one that carries the last part: setup.sh, then compare.py's points
-# (ours and the PyTorch peer back to back) until SECONDS after the call's start; each
+# (ours and the PyTorch peer back to back) until SECONDS after the call's start (setup.sh
+# only in the first such call on a machine); each
 # --trace=POINT's profile is summarised, and the traces and HLO come back as profile.tgz
 # and hlo.tgz. A POINT:ours or POINT:peer runs one of the two (compare.py).
 #   bash tools/device/go.sh SECONDS [--trace=POINT] POINT[:ours|:peer]...
 # $OUT gets setup.txt, compare.jsonl, compare_log.txt, profile_summary.txt, profile.tgz,
 # hlo.tgz. The exit status is compare.py's (3: the probe failed, nothing measured).
 T0=$(date +%s); LIMIT=$1; shift
-bash tools/device/setup.sh > $OUT/setup.txt 2>&1
-rc=$?; tail -12 $OUT/setup.txt
-[ $rc -eq 0 ] || { echo "probe failed: no point measured"; exit 3; }
+# A later call on the same warm machine finds the pack unpacked and probed: setup once.
+if [ -f /tmp/electra_setup_ok ]; then
+  echo "setup: done by an earlier call on this machine"
+else
+  bash tools/device/setup.sh > $OUT/setup.txt 2>&1
+  rc=$?; tail -12 $OUT/setup.txt
+  [ $rc -eq 0 ] || { echo "probe failed: no point measured"; exit 3; }
+  touch /tmp/electra_setup_ok
+fi
 source tools/device/env.sh
 TRACE=/tmp/electra_trace
 rm -rf $TRACE  # a warm machine keeps an earlier call's traces
