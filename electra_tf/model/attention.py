@@ -36,8 +36,13 @@ True
 
 import tensorflow as tf
 
-# Projected [B, S, heads, head] tensors: Keras' MultiHeadAttention's equations there.
-_SCORES = "aecd,abcd->acbe"   # key, query → [B, heads, T, S]
+# Projected [B, S, heads, head] tensors. Keras' MultiHeadAttention writes the scores
+# key first ("aecd,abcd->acbe"): TF's einsum then multiplies K·Qᵀ into [B, heads, S, T]
+# and transposes, and on a GPU XLA kept that layout, so every [B, heads, S, S] pass
+# after it (the softmax's, the dropout's, the gradient's) transposed as it went
+# (docs/benchmark-log.md, "GPU", 2026-11-29). Query first, the product is [B, heads,
+# T, S] as computed.
+_SCORES = "abcd,aecd->acbe"   # query, key → [B, heads, T, S]
 _CONTEXT = "acbe,aecd->abcd"  # probabilities, value → [B, T, heads, head]
 _MASKED = -1e9  # Keras' masked-softmax fill (bfloat16 and float32)
 
@@ -49,7 +54,7 @@ def core(query, key, value, attention_mask=None, scale: float = 1.0, dropout=Non
     that `attention_mask` (`[B, T, S]` or `[B, 1, S]`, True where attended; None: all)
     allows, dropped by `dropout` (a `dropout.HashDropout`, or None) in training, · V."""
     query = query * tf.cast(scale, query.dtype)
-    scores = tf.einsum(_SCORES, key, query)                      # [B, heads, T, S]
+    scores = tf.einsum(_SCORES, query, key)                      # [B, heads, T, S]
     if attention_mask is None:
         attended = None
     else:
