@@ -119,6 +119,31 @@ def test_a_row_with_no_key_gets_a_zero_context_and_no_gradient():
     assert np.all(grads[1][0, 2, :, :] != 0)  # key 2 is attended by row 2
 
 
+def test_queries_and_keys_of_other_lengths_are_plain_attention():
+    """Cross-attention shapes (3 queries, 5 keys; the einsums' letters must not swap T
+    and S): the values and gradients of the softmax written out."""
+    rng = np.random.default_rng(1)
+    q = tf.constant(rng.normal(size=(2, 3, 2, 4)), tf.float32)
+    k, v = (tf.constant(rng.normal(size=(2, 5, 2, 4)), tf.float32) for _ in range(2))
+    mask = tf.constant(rng.random((2, 3, 5)) > 0.3)
+
+    def plain(q, k, v):
+        scores = tf.einsum("btnd,bsnd->bnts", q, k) * 0.5
+        scores = tf.where(mask[:, None], scores, -1e9)
+        return tf.einsum("bnts,bsnd->btnd", tf.nn.softmax(scores, axis=-1), v)
+
+    results = []
+    for function in (lambda q, k, v: attention.core(q, k, v, mask, scale=0.5), plain):
+        with tf.GradientTape() as tape:
+            tape.watch([q, k, v])
+            out = function(q, k, v)
+            loss = tf.reduce_sum(out * tf.range(1.0, 5.0))
+        results.append([out, *tape.gradient(loss, [q, k, v])])
+    assert results[0][0].shape == (2, 3, 2, 4)
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
 def test_zero_attention_dropout_is_keras_attention_without_dropout(keras_core):
     encoder, inputs = _encoder(attention_dropout=0.0)
     block = encoder.blocks[0]

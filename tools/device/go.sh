@@ -5,8 +5,10 @@
 # --trace=POINT's profile is summarised, and the traces and HLO come back as profile.tgz
 # and hlo.tgz. A POINT:ours or POINT:peer runs one of the two (compare.py).
 #   bash tools/device/go.sh SECONDS [--trace=POINT] POINT[:ours|:peer]...
-# $OUT gets setup.txt, compare.jsonl, compare_log.txt, profile_summary.txt, profile.tgz,
-# hlo.tgz. The exit status is compare.py's (3: the probe failed, nothing measured).
+# $OUT gets setup.txt (the first call on a machine only), compare.jsonl, compare_log.txt,
+# profile_summary.txt, profile.tgz, hlo.tgz. A new pack on the same warm machine needs
+# `rm /tmp/electra_setup_ok` first. The exit status is compare.py's (3: the probe
+# failed, nothing measured).
 T0=$(date +%s); LIMIT=$1; shift
 # A later call on the same warm machine finds the pack unpacked and probed: setup once.
 if [ -f /tmp/electra_setup_ok ]; then
