@@ -86,7 +86,8 @@ def replace_frequent(words: list[str], frequent: list[str],
     """`words` with one word replaced by a frequent word that differs from it (`fold`),
     or None if no frequent word does."""
     i = rng.randrange(len(words))
-    others = [w for w in frequent if fold(w) != fold(words[i])]
+    folded = fold(words[i])
+    others = [w for w in frequent if fold(w) != folded]
     if not others:
         return None
     out = list(words)
